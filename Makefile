@@ -1,0 +1,44 @@
+# nbmp's two commands on a fresh machine: `make test` and `make lab`.
+# PYTHON picks the interpreter; each interpreter gets its own virtualenv.
+PYTHON ?= python3
+PYVER := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+VENV ?= .venv-$(PYVER)
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip -q --disable-pip-version-check
+# Only this CPU build of torch is on this project's machines (for Python 3.11); any
+# other torch requirement would download a CUDA build of several GB.
+TORCH_PIN := torch==2.13.0
+WITH_TORCH ?= $(if $(filter 3.11,$(PYVER)),1,0)
+PYTEST_ARGS ?=
+
+.PHONY: test lab demo notebooks clean venv
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -U pip
+	$(PIP) install -e '.[test]'
+	@if [ "$(WITH_TORCH)" = "1" ]; then $(PIP) install '$(TORCH_PIN)'; fi
+	$(PY) -m ipykernel install --prefix $(VENV) --name python3 >/dev/null
+	touch $@
+
+venv: $(VENV)/.installed
+
+## make test: set up the virtualenv and run the whole suite (notebooks included)
+test: venv
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## make demo: execute notebooks/quickstart.ipynb headless in a real kernel, print its output
+demo: venv
+	$(PY) scripts/run_notebook.py notebooks/quickstart.ipynb --print
+
+## make lab: set up and open the quickstart in JupyterLab (prints the URL; headless is fine)
+lab: venv
+	$(PIP) install -e '.[lab]'
+	$(VENV)/bin/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) notebooks/quickstart.ipynb
+
+clean:
+	rm -rf .venv-* *.egg-info .pytest_cache
+
+## make notebooks: regenerate notebooks/*.ipynb from their .py sources
+notebooks: venv
+	$(PY) scripts/make_notebook.py notebooks/*.py

@@ -1,0 +1,117 @@
+"""nbmp's contexts: fork first, and every object they hand out pickles with cloudpickle.
+
+What differs from ``multiprocessing.context``:
+
+* the concrete contexts hand out nbmp's ``Process``, ``Queue``, ``JoinableQueue``,
+  ``SimpleQueue``, ``Pipe``, ``Pool`` and ``Manager``, and ``get_context(name)``
+  returns nbmp contexts;
+* the default context starts with ``"fork"`` wherever the platform has it,
+  chosen here explicitly rather than inherited from the stdlib default (which
+  is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from Python 3.14);
+* the default context is nbmp's own: ``nbmp.set_start_method`` never changes
+  the standard module's start method.
+"""
+
+from __future__ import annotations
+
+import sys
+from multiprocessing import context, reduction
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from . import _process
+
+__all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "default_context"]
+
+
+class BaseContext(context.BaseContext):
+    """The stdlib's ``BaseContext``, handing out nbmp's objects."""
+
+    def Pipe(self, duplex: bool = True) -> Any:
+        """Return two connected nbmp Connections (cloudpickle on ``send``)."""
+        from ._connection import Pipe
+        return Pipe(duplex)
+
+    def Queue(self, maxsize: int = 0) -> Any:
+        """Return an nbmp Queue (cloudpickle on ``put``)."""
+        from ._queues import Queue
+        return Queue(maxsize, ctx=self.get_context())
+
+    def JoinableQueue(self, maxsize: int = 0) -> Any:
+        """Return an nbmp JoinableQueue (cloudpickle on ``put``)."""
+        from ._queues import JoinableQueue
+        return JoinableQueue(maxsize, ctx=self.get_context())
+
+    def SimpleQueue(self) -> Any:
+        """Return an nbmp SimpleQueue (cloudpickle on ``put``)."""
+        from ._queues import SimpleQueue
+        return SimpleQueue(ctx=self.get_context())
+
+    def Pool(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
+             initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
+        """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle."""
+        from ._pool import Pool
+        return Pool(processes, initializer, initargs, maxtasksperchild, context=self.get_context())
+
+    def Manager(self) -> Any:
+        """Return a started :class:`nbmp.managers.SyncManager`."""
+        from .managers import SyncManager
+        manager = SyncManager(ctx=self.get_context())
+        manager.start()
+        return manager
+
+    def get_context(self, method: Optional[str] = None) -> "BaseContext":
+        """Return the nbmp context for ``method`` ('fork', 'spawn' or 'forkserver')."""
+        if method is None:
+            return self
+        ctx = _concrete_contexts.get(method)
+        if ctx is None:
+            raise ValueError(
+                f"unknown start method {method!r}; use one of {sorted(_concrete_contexts)}"
+                f" (nbmp's default is {_first_method()!r})")
+        ctx._check_available()
+        return ctx
+
+
+class ForkContext(BaseContext):
+    _name = "fork"
+    Process = _process.ForkProcess
+
+
+class SpawnContext(BaseContext):
+    _name = "spawn"
+    Process = _process.SpawnProcess
+
+
+class ForkServerContext(BaseContext):
+    _name = "forkserver"
+    Process = _process.ForkServerProcess
+
+    def _check_available(self) -> None:
+        if not reduction.HAVE_SEND_HANDLE:
+            raise ValueError("the forkserver start method is not available on this platform; use 'fork' or 'spawn'")
+
+
+class DefaultContext(context.DefaultContext, BaseContext):
+    """nbmp's default context: the stdlib's semantics, nbmp's contexts, fork first."""
+
+    Process = _process.DefaultProcess
+
+    def get_all_start_methods(self) -> list:
+        """Return the start methods this platform supports, nbmp's default first."""
+        default = self._default_context._name
+        return [default] + [name for name in _concrete_contexts if name != default]
+
+
+_concrete_contexts: Dict[str, BaseContext] = {}
+if sys.platform != "win32":
+    _concrete_contexts["fork"] = ForkContext()
+_concrete_contexts["spawn"] = SpawnContext()
+if reduction.HAVE_SEND_HANDLE:
+    _concrete_contexts["forkserver"] = ForkServerContext()
+
+
+def _first_method() -> str:
+    return "fork" if "fork" in _concrete_contexts else "spawn"
+
+
+default_context = DefaultContext(_concrete_contexts[_first_method()])

@@ -1,0 +1,164 @@
+"""nbmp's pickler: cloudpickle plus the stdlib's multiprocessing reducers plus nbmp's own.
+
+What differs from ``multiprocessing.reduction.ForkingPickler``:
+
+* functions and classes defined in ``__main__`` (a notebook cell) or locally
+  (lambdas, closures) are pickled *by value*, through cloudpickle; functions of
+  importable modules still go by reference;
+* reducers for framework types (numpy arrays, torch tensors) are installed the
+  first time the framework shows up in ``sys.modules`` -- nbmp never imports a
+  framework to register a reducer for it;
+* a failure names the object that could not be pickled and where it sits.
+
+Only the *sending* side needs this pickler: its output loads with plain
+``pickle.loads`` anywhere cloudpickle is importable, so receivers (including
+stdlib code reading from an nbmp channel) need nothing special.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import sys
+from collections import ChainMap
+from multiprocessing import reduction
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+
+import cloudpickle
+
+__all__ = ["PicklingError", "dumps", "loads", "register_reducer", "register_framework_reducers"]
+
+Reducer = Callable[[Any], Tuple[Any, ...]]
+
+# Exceptions that pickling raises for an object that cannot be pickled.
+PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError, NotImplementedError)
+
+loads = pickle.loads
+
+
+class PicklingError(pickle.PicklingError, TypeError):
+    """An object could not be pickled; the message names it and where it sits.
+
+    Subclasses both :class:`pickle.PicklingError` and :class:`TypeError`, so code
+    that catches either of the standard errors keeps working.
+    """
+
+
+# --------------------------------------------------------------------------
+# The reducer table
+# --------------------------------------------------------------------------
+
+_reducers: Dict[type, Reducer] = {}
+_pending_frameworks: Dict[str, Callable[[], None]] = {}
+
+
+def register_reducer(cls: type, reducer: Reducer) -> None:
+    """Make nbmp's pickler reduce instances of exactly ``cls`` with ``reducer``."""
+    _reducers[cls] = reducer
+
+
+def register_framework_reducers(module_name: str, install: Callable[[], None]) -> None:
+    """Call ``install()`` once, the first time ``module_name`` is imported.
+
+    ``install`` registers the framework's reducers with :func:`register_reducer`.
+    If the module is already imported it runs at the next pickling.
+    """
+    _pending_frameworks[module_name] = install
+
+
+def _install_pending_frameworks() -> None:
+    for name in [n for n in _pending_frameworks if n in sys.modules]:
+        _pending_frameworks.pop(name)()
+
+
+# --------------------------------------------------------------------------
+# The pickler
+# --------------------------------------------------------------------------
+
+
+class Pickler(cloudpickle.Pickler):
+    """cloudpickle's pickler with multiprocessing's and nbmp's reducers."""
+
+    # The C pickler reads ``dispatch_table`` once, at construction, from the class;
+    # the ChainMap holds the live registries, so later registrations are seen.
+    dispatch_table = ChainMap(
+        _reducers,
+        reduction.ForkingPickler._extra_reducers,
+        cloudpickle.Pickler.dispatch_table,
+    )
+
+
+def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
+    """Pickle ``obj`` with nbmp's pickler; see the module docstring."""
+    if _pending_frameworks:
+        _install_pending_frameworks()
+    with io.BytesIO() as buf:
+        Pickler(buf, protocol).dump(obj)
+        return buf.getvalue()
+
+
+def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
+    """:func:`dumps`, raising :class:`PicklingError` that locates the culprit.
+
+    ``roots`` names the parts of ``obj`` a user would recognise (``{"target":
+    ..., "args": ...}``); ``action`` says why pickling was needed.
+    """
+    try:
+        return dumps(obj)
+    except PICKLE_ERRORS as exc:
+        raise unpicklable(exc, roots, action) from exc
+
+
+# --------------------------------------------------------------------------
+# Locating what could not be pickled
+# --------------------------------------------------------------------------
+
+
+def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> PicklingError:
+    """Build the error for ``exc``: which of ``roots`` (and where inside) failed."""
+    path, culprit = _locate(roots)
+    where = f"{path} ({type(culprit).__module__}.{type(culprit).__qualname__} object)" if path else "the object"
+    return PicklingError(
+        f"cannot pickle {where} to {action}: {exc}.\n"
+        f"Fix: pass it another way (create it inside the worker, or send what is "
+        f"needed to rebuild it), or use the 'fork' start method (nbmp's default), "
+        f"under which workers inherit their target and arguments without pickling."
+    )
+
+
+def _locate(roots: Mapping[str, Any]) -> Tuple[str, Any]:
+    for name, value in roots.items():
+        if not _picklable(value):
+            return _deepest(name, value, depth=6)
+    return "", None
+
+
+def _deepest(path: str, obj: Any, depth: int) -> Tuple[str, Any]:
+    if depth:
+        for sub_path, child in _children(path, obj):
+            if not _picklable(child):
+                return _deepest(sub_path, child, depth - 1)
+    return path, obj
+
+
+def _children(path: str, obj: Any) -> Iterator[Tuple[str, Any]]:
+    if isinstance(obj, (list, tuple)):
+        yield from ((f"{path}[{i}]", item) for i, item in enumerate(obj))
+    elif isinstance(obj, dict):
+        yield from ((f"{path}[{key!r}]", value) for key, value in obj.items())
+    elif hasattr(obj, "__dict__") and not isinstance(obj, type):
+        yield from ((f"{path}.{key}", value) for key, value in vars(obj).items())
+    cells = getattr(obj, "__closure__", None) or ()
+    names = getattr(getattr(obj, "__code__", None), "co_freevars", ())
+    yield from ((f"{path}<closure {name}>", cell.cell_contents) for name, cell in zip(names, cells))
+
+
+def _picklable(obj: Any) -> bool:
+    try:
+        dumps(obj)
+    except PICKLE_ERRORS:
+        return False
+    except Exception:  # anything else a __reduce__ may raise: still the culprit
+        return False
+    return True
+

@@ -1,0 +1,96 @@
+"""Process classes, one per start method, that cross to a spawned child by cloudpickle.
+
+What differs from ``multiprocessing.context``'s process classes: ``__reduce__``.
+The stdlib pickles a process object (its target, args and kwargs) with
+``ForkingPickler`` when it starts a child by spawn or forkserver; nbmp's
+process objects reduce themselves through nbmp's pickler instead, so lambdas,
+closures and cell-defined targets -- and ``Process`` subclasses defined in a
+cell -- start under every method. Under fork nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import sys
+from multiprocessing import process
+from typing import Any, Callable, Tuple
+
+from . import _pickling
+
+__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
+
+
+def _rebuild_process(data: bytes) -> process.BaseProcess:
+    cls, state = _pickling.loads(data)
+    obj = cls.__new__(cls)
+    obj.__dict__.update(state)
+    return obj
+
+
+class _NbmpProcess(process.BaseProcess):
+    def __reduce__(self) -> Tuple[Callable[[bytes], process.BaseProcess], Tuple[bytes]]:
+        roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]
+                 f"the {type(self).__qualname__} object": self}
+        action = f"start a process with the {self._start_method!r} start method"
+        return _rebuild_process, (_pickling.dumps_explained((type(self), vars(self)), roots, action),)
+
+
+class ForkProcess(_NbmpProcess):
+    """A process started by ``os.fork()``: the child inherits everything, nothing is pickled."""
+
+    _start_method = "fork"
+
+    @staticmethod
+    def _Popen(process_obj: process.BaseProcess) -> Any:
+        from multiprocessing.popen_fork import Popen
+        return Popen(process_obj)
+
+
+class SpawnProcess(_NbmpProcess):
+    """A process started as a fresh interpreter; its target travels by cloudpickle."""
+
+    _start_method = "spawn"
+
+    @staticmethod
+    def _Popen(process_obj: process.BaseProcess) -> Any:
+        if sys.platform == "win32":
+            from multiprocessing.popen_spawn_win32 import Popen
+        else:
+            from multiprocessing.popen_spawn_posix import Popen
+        return Popen(process_obj)
+
+    @staticmethod
+    def _after_fork() -> None:
+        pass  # spawned: there was no fork to recover from
+
+
+class ForkServerProcess(_NbmpProcess):
+    """A process forked from the forkserver; its target travels by cloudpickle."""
+
+    _start_method = "forkserver"
+
+    @staticmethod
+    def _Popen(process_obj: process.BaseProcess) -> Any:
+        from multiprocessing.popen_forkserver import Popen
+        return Popen(process_obj)
+
+
+class DefaultProcess(_NbmpProcess):
+    """``nbmp.Process``: started by the method nbmp's default context names (fork first).
+
+    Example::
+
+        >>> p = nbmp.Process(target=lambda: print("hi")); p.start(); p.join()
+        hi
+    """
+
+    _start_method = None
+
+    @staticmethod
+    def _Popen(process_obj: process.BaseProcess) -> Any:
+        from ._context import default_context
+        return default_context.get_context().Process._Popen(process_obj)
+
+    @staticmethod
+    def _after_fork() -> None:
+        from ._context import default_context
+        default_context.get_context().Process._after_fork()

@@ -1,0 +1,55 @@
+"""``multiprocessing.managers`` with nbmp's default context.
+
+Mirrors the standard module. What differs: ``BaseManager``, ``SyncManager`` and
+``SharedMemoryManager`` start their server process from nbmp's default context
+(fork first), so a registry that holds a lambda or a class defined in a
+notebook cell starts under spawn and forkserver too. Registering on these
+classes never touches the standard classes' registries.
+
+Example::
+
+    >>> from nbmp.managers import BaseManager
+    >>> class Counter:                       # defined in a cell
+    ...     def __init__(self): self.n = 0
+    ...     def incr(self): self.n += 1; return self.n
+    >>> class MyManager(BaseManager): pass
+    >>> MyManager.register("Counter", Counter)
+    >>> with MyManager() as m:
+    ...     m.Counter().incr()
+    1
+"""
+
+from __future__ import annotations
+
+from multiprocessing import managers
+from multiprocessing.managers import (  # noqa: F401  (the mirror of the standard module)
+    AcquirerProxy, Array, ArrayProxy, AutoProxy, BarrierProxy, BaseListProxy, BaseProxy,
+    ConditionProxy, DictProxy, EventProxy, IteratorProxy, ListProxy, MakeProxyType,
+    Namespace, NamespaceProxy, PoolProxy, RemoteError, Server, Token, Value, ValueProxy,
+    dispatch,
+)
+from typing import Any, Optional
+
+__all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryManager",
+           "NamespaceProxy", "ListProxy", "DictProxy", "ValueProxy", "AutoProxy", "MakeProxyType",
+           "Namespace", "RemoteError"]
+
+
+class _StartsFromNbmp:
+    def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
+                 serializer: str = "pickle", ctx: Any = None, **kwargs: Any) -> None:
+        from ._context import default_context
+        super().__init__(address, authkey, serializer,  # type: ignore[call-arg]
+                         ctx=ctx or default_context.get_context(), **kwargs)
+
+
+class BaseManager(_StartsFromNbmp, managers.BaseManager):
+    """``multiprocessing.managers.BaseManager`` started from nbmp's context."""
+
+
+class SyncManager(_StartsFromNbmp, managers.SyncManager):
+    """``multiprocessing.managers.SyncManager`` started from nbmp's context."""
+
+
+class SharedMemoryManager(_StartsFromNbmp, managers.SharedMemoryManager):
+    """``multiprocessing.managers.SharedMemoryManager`` started from nbmp's context."""

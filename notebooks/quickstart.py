@@ -1,0 +1,45 @@
+# %% [markdown]
+# # nbmp quickstart
+#
+# `nbmp` is a drop-in for `multiprocessing` that is made for notebooks: fork is the
+# default start method, and lambdas, closures and functions or classes defined in a
+# cell work as targets, tasks and payloads under every start method.
+
+# %%
+import nbmp as multiprocessing
+
+multiprocessing.get_start_method()
+
+# %% [markdown]
+# A lambda in a Pool: the standard module refuses it (`PicklingError`), nbmp runs it.
+
+# %%
+with multiprocessing.Pool(2) as pool:
+    squares = pool.map(lambda x: x * x, range(8))
+print(squares)
+
+# %% [markdown]
+# A function defined in this cell, run by a *spawned* worker (a fresh interpreter that
+# never saw this notebook): nbmp ships it by value.
+
+# %%
+def describe(n):
+    import os
+    return f"{n} handled by pid {os.getpid() % 1000:03d}"
+
+
+with multiprocessing.get_context("spawn").Pool(2) as pool:
+    lines = pool.map(describe, [1, 2])
+del pool
+print(len(lines), "results from spawned workers")
+
+# %% [markdown]
+# Queues and pipes carry lambdas too.
+
+# %%
+q = multiprocessing.Queue()
+worker = multiprocessing.Process(target=lambda q: q.put(lambda x: x + 100), args=(q,))
+worker.start()
+add_100 = q.get()
+worker.join()
+print(add_100(1), "exit code", worker.exitcode)

@@ -1,0 +1,21 @@
+"""Helpers shared by tests: running code as ``__main__`` in a fresh interpreter."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+TIMEOUT = 60
+
+
+def run_main(source: str, timeout: float = TIMEOUT) -> str:
+    """Run ``source`` as the ``__main__`` script of a fresh interpreter; return its stdout.
+
+    Functions defined there live in ``__main__``, like a notebook cell's: the case
+    where plain pickling fails under spawn and forkserver. Fails on a non-zero exit.
+    """
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc.stdout

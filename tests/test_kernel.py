@@ -1,0 +1,47 @@
+"""What a notebook user sees, over the Jupyter protocol in a real ipykernel."""
+
+import pytest
+
+pytestmark = pytest.mark.kernel
+
+
+def test_lambda_in_a_fork_pool(kernel):
+    cell = kernel.run("import nbmp as multiprocessing\n"
+                      "multiprocessing.get_context('fork').Pool(2).map(lambda x: x + 1, [1, 2, 3])")
+    cell.raise_for_error()
+    assert cell.result == "[2, 3, 4]"
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_cell_defined_function_under_spawning_methods(kernel, method):
+    kernel.run("def g(x):\n    return x * 2").raise_for_error()
+    cell = kernel.run(f"with multiprocessing.get_context({method!r}).Pool(2) as p:\n"
+                      f"    out = p.map(g, [1, 2, 3])\n"
+                      f"del p  # a spawn Pool's named semaphores live as long as the Pool\nout")
+    cell.raise_for_error()
+    assert cell.result == "[2, 4, 6]"
+
+
+def test_warm_pool_runs_a_later_cells_definition(kernel):
+    kernel.run("pool = multiprocessing.Pool(2)\ndef h(x):\n    return 'old'").raise_for_error()
+    kernel.run("def h(x):\n    return 'new'").raise_for_error()
+    cell = kernel.run("r = pool.map(h, [0]); pool.close(); pool.join(); r")
+    cell.raise_for_error()
+    assert cell.result == "['new']"
+
+
+def test_cell_defined_class_and_process_under_spawn(kernel):
+    code = """
+class Box:
+    def __init__(self, v): self.v = v
+ctx = multiprocessing.get_context('spawn')
+q = ctx.Queue()
+p = ctx.Process(target=lambda q: q.put(Box(7)), args=(q,))
+p.start(); box = q.get(timeout=30); p.join()
+code = p.exitcode
+del q, p  # named semaphores live as long as their objects
+(type(box).__name__, box.v, code)
+"""
+    cell = kernel.run(code)
+    cell.raise_for_error()
+    assert cell.result == "('Box', 7, 0)"

@@ -1,0 +1,45 @@
+"""Every notebook in notebooks/ runs top to bottom in a real kernel with no error output,
+and its .ipynb is in step with its .py source."""
+
+import glob
+import os
+import sys
+
+import nbformat
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+import make_notebook  # noqa: E402
+import run_notebook  # noqa: E402
+
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+@pytest.mark.timeout(300)
+def test_notebook_runs_without_errors(path):
+    nb = run_notebook.execute(path)
+    assert any(text.strip() for text in run_notebook.cell_texts(nb)), "the notebook showed nothing"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_matches_its_source(path, tmp_path):
+    source = path[:-6] + ".py"
+    copy = tmp_path / os.path.basename(source)
+    copy.write_text(open(source).read())
+    make_notebook.convert(str(copy))
+    expected = [c.source for c in nbformat.read(str(copy)[:-3] + ".ipynb", as_version=4).cells]
+    assert [c.source for c in nbformat.read(path, as_version=4).cells] == expected, \
+        f"{path} is stale: run `make notebooks`"
+
+
+def test_quickstart_shows_its_results():
+    nb = run_notebook.execute(os.path.join(ROOT, "notebooks", "quickstart.ipynb"))
+    text = "".join(run_notebook.cell_texts(nb))
+    assert "[0, 1, 4, 9, 16, 25, 36, 49]" in text
+    assert "2 results from spawned workers" in text
+    assert "101 exit code 0" in text

@@ -1,0 +1,58 @@
+"""An object that cannot be pickled is named, located, and the fix suggested -- before any
+process starts."""
+
+import threading
+
+import pytest
+
+import nbmp
+from conftest import TIMEOUT, child_pids
+
+SPAWNING = [m for m in nbmp.get_all_start_methods() if m != "fork"]
+
+
+class Holder:
+    def __init__(self):
+        self.config = {"lock": threading.Lock()}
+
+
+@pytest.mark.parametrize("method", SPAWNING)
+def test_process_args_are_located(method):
+    ctx = nbmp.get_context(method)
+    before = child_pids()
+    p = ctx.Process(target=print, args=(1, threading.Lock()))
+    with pytest.raises(nbmp.PicklingError) as info:
+        p.start()
+    message = str(info.value)
+    assert "args[1]" in message and "_thread.lock" in message
+    assert "'fork' start method" in message
+    assert child_pids() == before
+
+
+@pytest.mark.parametrize("method", SPAWNING)
+def test_attribute_paths_are_located(method):
+    p = nbmp.get_context(method).Process(target=print, kwargs={"holder": Holder()})
+    with pytest.raises(nbmp.PicklingError, match=r"kwargs\['holder'\]\.config\['lock'\]"):
+        p.start()
+
+
+def test_the_error_is_both_standard_types():
+    import pickle
+    p = nbmp.get_context("spawn").Process(target=print, args=(threading.Lock(),))
+    with pytest.raises(pickle.PicklingError):
+        p.start()
+    with pytest.raises(TypeError):
+        p.start()
+
+
+def test_pipe_send_names_the_object():
+    a, b = nbmp.Pipe()
+    with pytest.raises(nbmp.PicklingError, match=r"the object sent\[0\]"):
+        a.send([threading.Lock()])
+    a.close(), b.close()
+
+
+def test_pool_task_error_reaches_the_caller():
+    with nbmp.Pool(1) as pool:
+        with pytest.raises(nbmp.PicklingError, match="_thread.lock"):
+            pool.apply_async(print, (threading.Lock(),)).get(TIMEOUT)
