@@ -40,10 +40,32 @@ def _is_helper(cmdline: list) -> bool:
 
 
 def shm_entries() -> Set[str]:
+    """Entries of /dev/shm, minus those another process tree holds open or mapped (other
+    test runs may share this machine; an entry someone else holds is theirs, not a leak)."""
     try:
-        return set(os.listdir("/dev/shm"))
+        names = set(os.listdir("/dev/shm"))
     except FileNotFoundError:
         return set()
+    return names - _held_outside_our_tree(names) if names else names
+
+
+def _held_outside_our_tree(names: Set[str]) -> Set[str]:
+    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
+    held = set()
+    for pid in psutil.pids():
+        if pid in ours:
+            continue
+        try:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue
+        for name in names:
+            path = "/dev/shm/" + name
+            if path in maps or path in fds:
+                held.add(name)
+    return held
 
 
 @pytest.fixture(autouse=True)
