@@ -5,7 +5,8 @@ The stdlib pickles a process object (its target, args and kwargs) with
 ``ForkingPickler`` when it starts a child by spawn or forkserver; nbmp's
 process objects reduce themselves through nbmp's pickler instead, so lambdas,
 closures and cell-defined targets -- and ``Process`` subclasses defined in a
-cell -- start under every method. Under fork nothing is pickled.
+cell -- start under every method, and the notebook's cell sources go along so
+that the child's tracebacks show them. Under fork nothing is pickled.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import sys
 from multiprocessing import process
 from typing import Any, Callable, Tuple
 
-from . import _pickling
+from . import _cells, _pickling
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
 
 
-def _rebuild_process(data: bytes) -> process.BaseProcess:
+def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
+    _cells.install_cell_sources(cells)
     cls, state = _pickling.loads(data)
     obj = cls.__new__(cls)
     obj.__dict__.update(state)
@@ -27,11 +29,12 @@ def _rebuild_process(data: bytes) -> process.BaseProcess:
 
 
 class _NbmpProcess(process.BaseProcess):
-    def __reduce__(self) -> Tuple[Callable[[bytes], process.BaseProcess], Tuple[bytes]]:
+    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]
                  f"the {type(self).__qualname__} object": self}
         action = f"start a process with the {self._start_method!r} start method"
-        return _rebuild_process, (_pickling.dumps_explained((type(self), vars(self)), roots, action),)
+        return _rebuild_process, (_cells.cell_sources(),
+                                  _pickling.dumps_explained((type(self), vars(self)), roots, action))
 
 
 class ForkProcess(_NbmpProcess):

@@ -45,3 +45,19 @@ del q, p  # named semaphores live as long as their objects
     cell = kernel.run(code)
     cell.raise_for_error()
     assert cell.result == "('Box', 7, 0)"
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_worker_traceback_shows_the_cells_source(kernel, method):
+    kernel.run("def explode(x):\n    raise ValueError('boom from the cell')  # the cell's own line").raise_for_error()
+    cell = kernel.run(
+        f"import nbmp as multiprocessing\n"
+        f"with multiprocessing.get_context({method!r}).Pool(1) as p:\n"
+        f"    try:\n"
+        f"        p.apply(explode, (1,))\n"
+        f"    except ValueError as e:\n"
+        f"        remote = str(e.__cause__)\n"
+        f"del p\nimport gc; gc.collect()  # the exception's traceback holds the pool in a cycle\n"
+        f"print(remote)")
+    cell.raise_for_error()
+    assert "the cell's own line" in cell.stdout
