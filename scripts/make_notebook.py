@@ -1,6 +1,8 @@
 """Write a notebook from a plain Python file whose cells are separated by ``# %%`` lines
-(``# %% [markdown]`` cells hold Markdown in ``#`` comments). The ``.py`` sources in
-``notebooks/`` are the ones to edit; ``make notebooks`` regenerates the ``.ipynb``."""
+(``# %% [markdown]`` cells hold Markdown in ``#`` comments). A first line
+``# requires: torch`` records optional packages the notebook needs (its test skips
+without them). The ``.py`` sources in ``notebooks/`` are the ones to edit;
+``make notebooks`` regenerates the ``.ipynb``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import nbformat
 
 
 def convert(py_path: str) -> None:
-    cells, kind, lines = [], "code", []
+    cells, kind, lines, requires = [], "code", [], []
 
     def flush() -> None:
         text = "\n".join(lines).strip("\n")
@@ -22,14 +24,18 @@ def convert(py_path: str) -> None:
                 cells.append(nbformat.v4.new_code_cell(text))
 
     for line in open(py_path).read().splitlines():
-        if line.startswith("# %%"):
+        if line.startswith("# requires:") and not cells and not lines:
+            requires = line.split(":", 1)[1].split()
+        elif line.startswith("# %%"):
             flush()
             kind, lines = ("markdown" if "[markdown]" in line else "code"), []
         else:
             lines.append(line)
     flush()
+    for number, cell in enumerate(cells):
+        cell.id = f"cell-{number:02d}"  # stable ids: regenerating changes nothing that did not change
     nb = nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
-        "name": "python3", "display_name": "Python 3", "language": "python"}})
+        "name": "python3", "display_name": "Python 3", "language": "python"}, "nbmp": {"requires": requires}})
     nbformat.write(nb, py_path[:-3] + ".ipynb")
 
 

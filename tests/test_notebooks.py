@@ -22,6 +22,8 @@ pytestmark = pytest.mark.kernel
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 @pytest.mark.timeout(300)
 def test_notebook_runs_without_errors(path):
+    for module in nbformat.read(path, as_version=4).metadata.get("nbmp", {}).get("requires", []):
+        pytest.importorskip(module, reason=f"{os.path.basename(path)} needs {module}")
     nb = run_notebook.execute(path)
     assert any(text.strip() for text in run_notebook.cell_texts(nb)), "the notebook showed nothing"
 
