@@ -34,7 +34,8 @@ demo: venv
 ## make lab: set up and open the quickstart in JupyterLab (prints the URL; headless is fine)
 lab: venv
 	$(PIP) install -e '.[lab]'
-	$(VENV)/bin/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) notebooks/quickstart.ipynb
+	$(VENV)/bin/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) \
+		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/quickstart.ipynb
 
 clean:
 	rm -rf .venv-* *.egg-info .pytest_cache
