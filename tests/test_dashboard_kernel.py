@@ -111,3 +111,53 @@ def test_text_dashboard_in_a_kernel_prints_the_summary(kernel):
     cell.raise_for_error()
     assert not any(m["msg_type"] == "comm_open" for m in cell.messages)
     assert "nbmp work [" in cell.stderr and "worker 1 raised ValueError: worker one is broken" in cell.stderr
+
+
+STOPPABLE = '''
+stopped = []
+procs = [nbmp.Process(target=time.sleep, args=(60,)) for _ in range(2)]
+def stop():
+    stopped.append(threading.current_thread().name)
+    for p in procs:
+        p.terminate()
+sink = nbmp.widgets.make_dashboard("widget", stop=stop)
+sink.handle(ev.RunStarted(run_id=9, target="sleeper", start_method="fork", nprocs=2))
+for i, p in enumerate(procs):
+    p.start()
+    sink.handle(ev.WorkerStarted(run_id=9, index=i, pid=p.pid))
+for i, p in enumerate(procs):
+    p.join(60)  # the cell is blocked here until Stop is clicked
+    sink.handle(ev.WorkerExited(run_id=9, index=i, exitcode=p.exitcode, killed_by_us=bool(stopped)))
+sink.handle(ev.RunFinished(run_id=9, ok=False))
+print(stopped, [p.exitcode for p in procs], sink.dashboard.state.runs[9].counts()["killed"])
+'''
+
+
+def test_stop_button_works_while_the_cell_is_blocked(kernel):
+    import time
+
+    kernel.run(DRIVER).raise_for_error()
+    client = kernel.client
+    msg_id = client.execute(STOPPABLE)
+    button, texts, deadline = None, [], time.monotonic() + 60
+    while time.monotonic() < deadline:
+        msg = client.get_iopub_msg(timeout=60)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        content = msg["content"]
+        if msg["msg_type"] == "comm_open" and content["data"]["state"].get("_model_name") == "ButtonModel":
+            button = content["comm_id"]
+        elif msg["msg_type"] == "comm_msg" and button and "running" in json.dumps(content):
+            # The workers run and the cell is blocked in join(): click Stop as a front end would.
+            client.shell_channel.send(client.session.msg(
+                "comm_msg", {"comm_id": button, "data": {"method": "custom", "content": {"event": "click"}}}))
+            button = None
+        elif msg["msg_type"] == "stream":
+            texts.append(content["text"])
+        elif msg["msg_type"] == "status" and content["execution_state"] == "idle":
+            break
+    out = "".join(texts)
+    assert "[-15, -15] 2" in out, out
+    assert "subshell" in out  # handled in the subshell while the main thread was blocked
+    names = kernel.run("print(sorted(t.name for t in threading.enumerate()))").stdout
+    assert "subshell" not in names and "nbmp" not in names

@@ -138,8 +138,10 @@ class Dashboard:
         """Stop watching: end the background thread and draw the final state."""
         _watchers.discard(self)
         self._ticker.stop()
-        if os.getpid() == self._pid and self.state.runs:
-            self._redraw(None)
+        if os.getpid() == self._pid:
+            if self.state.runs:
+                self._redraw(None)
+            self._view.close()
 
     @property
     def thread_cpu_seconds(self) -> float:

@@ -4,7 +4,8 @@ Each run's widget tree is built once, when the run first shows up; every later u
 only assigns traits (traitlets sends nothing for a value that did not change). Updates
 come from the dashboard's background thread while the cell is blocked: ipykernel sends
 comm messages from any thread through its IOPub thread, with the running cell as their
-parent. A failed worker's traceback sits in an Accordion whose children are only ever
+parent. The Stop button's clicks are handled in a kernel subshell while the run goes
+(``_subshell.py``), so they act while the cell is blocked. A failed worker's traceback sits in an Accordion whose children are only ever
 appended, so a section the user opened stays open across updates.
 """
 
@@ -21,6 +22,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
 
 from ._html import RunSnapshot, Snapshot, snapshot
 from ._state import DashboardState
+from ._subshell import ClickRoute
 
 __all__ = ["WidgetView"]
 
@@ -45,6 +47,8 @@ class _RunWidgets:
         self._output_html: Dict[int, w.HTML] = {}
         self._stop = stop
         self.stop_button.on_click(self._on_stop)
+        # Without this a click waits for the blocked cell to end (see _subshell.py).
+        self._route = ClickRoute.open(self.stop_button) if stop is not None else None
         self.box = w.VBox([w.HBox([self.title, self.stop_button]), w.HBox([self.progress, self.progress_label]),
                            self.table, self.failures, self.outputs])
 
@@ -66,6 +70,12 @@ class _RunWidgets:
         if snap.finished:
             self.stop_button.disabled = True
             self.stop_button.layout.display = _HIDDEN
+            self.close_route()
+
+    def close_route(self) -> None:
+        if self._route is not None:
+            self._route.close()
+            self._route = None
 
     def _update_failures(self, snap: RunSnapshot) -> None:
         known = len(self.failures.children)
@@ -126,13 +136,21 @@ class WidgetView:
             if snap.summary is not None and self._display is not None:
                 self._display.update(self._bundle(snap.summary), raw=True)
 
+    def close(self) -> None:
+        """Give back what the live run needed (the Stop button's subshell); widgets stay."""
+        with self._lock:
+            for widgets in self._runs.values():
+                widgets.close_route()
+
     @staticmethod
     def render(state: DashboardState, now: float, finished_run: Optional[int] = None) -> Snapshot:
         return snapshot(state, now)
 
     def _drop_forgotten(self, current: set) -> None:
         for run_id in set(self._runs) - current:
-            _close_tree(self._runs.pop(run_id).box)
+            widgets = self._runs.pop(run_id)
+            widgets.close_route()
+            _close_tree(widgets.box)
         boxes = tuple(self._runs[rid].box for rid in self._runs)
         if boxes != self._runs_box.children:
             self._runs_box.children = boxes

@@ -33,6 +33,9 @@ class TextView:
     def show(self) -> None:
         pass  # the line appears with the first update
 
+    def close(self) -> None:
+        pass
+
     def render(self, state: DashboardState, now: float, finished_run: Optional[int] = None) -> Rendered:
         width = max(20, shutil.get_terminal_size((120, 24)).columns - 1)
         summary = None if finished_run is None else summary_table(state, now, run_ids=(finished_run,))
