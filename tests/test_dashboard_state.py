@@ -191,3 +191,11 @@ def test_text_view_without_a_terminal_prints_only_summaries():
     assert not view.live
     view.update(view.render(state, clock()))
     assert out.getvalue() == ""
+
+
+def test_sampling_waits_until_every_worker_is_started():
+    state = feed(DashboardState(clock=Clock()), ev.RunStarted(run_id=1, target="f", start_method="fork", nprocs=2),
+                 ev.WorkerStarted(run_id=1, index=0, pid=10))
+    assert state.live and not state.sampling_due  # worker 1 is still to be forked
+    feed(state, ev.WorkerStarted(run_id=1, index=1, pid=11))
+    assert state.sampling_due

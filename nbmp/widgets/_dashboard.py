@@ -87,10 +87,12 @@ class Dashboard:
         with self._lock:
             self.state.apply(event)
             ended = self._newly_finished()
-            live = self.state.live
+            live, due = self.state.live, self.state.sampling_due
         if not live:
             self._ticker.stop()  # joins the thread: done without the lock, which a tick takes
-        elif self._view.live:
+        elif due and self._view.live:
+            # Not before the run's workers are all started: forking while a thread runs is
+            # what Python 3.12+ warns about, and a script has no other threads.
             self._ticker.start()
         if isinstance(event, (ev.RunStarted, ev.RunFinished)) and not ended:
             self._redraw(None)

@@ -5,8 +5,9 @@ only assigns traits (traitlets sends nothing for a value that did not change). U
 come from the dashboard's background thread while the cell is blocked: ipykernel sends
 comm messages from any thread through its IOPub thread, with the running cell as their
 parent. The Stop button's clicks are handled in a kernel subshell while the run goes
-(``_subshell.py``), so they act while the cell is blocked. A failed worker's traceback sits in an Accordion whose children are only ever
-appended, so a section the user opened stays open across updates.
+(``_subshell.py``), so they act while the cell is blocked. A failed worker's traceback
+sits in an Accordion whose children are only ever appended, so a section the user
+opened stays open across updates.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ _HIDDEN, _SHOWN = "none", ""
 class _RunWidgets:
     """The widgets of one run."""
 
-    def __init__(self, run_id: int, stop: Optional[Callable[[], None]]) -> None:
+    def __init__(self, stop: Optional[Callable[[], None]]) -> None:
         self.title = w.HTML()
         self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop",
                                     tooltip="terminate this run's workers",
@@ -113,6 +114,7 @@ class WidgetView:
         self._shm = w.HTML()
         self.root = w.VBox([self._runs_box, self._shm])
         self._display: Optional[Any] = None  # the DisplayHandle once shown
+        self._summary: Optional[str] = None  # the text/plain it shows now
         self._lock = threading.Lock()  # the ticker and a final render may update at once
 
     def show(self) -> None:
@@ -129,12 +131,13 @@ class WidgetView:
             for run in snap.runs:
                 widgets = self._runs.get(run.run_id)
                 if widgets is None:
-                    widgets = self._runs[run.run_id] = _RunWidgets(run.run_id, self._stop_for(run.run_id))
+                    widgets = self._runs[run.run_id] = _RunWidgets(self._stop_for(run.run_id))
                 widgets.update(run)
             self._drop_forgotten({run.run_id for run in snap.runs})
             self._shm.value = snap.shm
-            if snap.summary is not None and self._display is not None:
+            if snap.summary is not None and snap.summary != self._summary and self._display is not None:
                 self._display.update(self._bundle(snap.summary), raw=True)
+                self._summary = snap.summary
 
     def close(self) -> None:
         """Give back what the live run needed (the Stop button's subshell); widgets stay."""

@@ -94,6 +94,11 @@ class RunState:
         known = len(self.workers)
         return known > 0 and known >= (self.nprocs or 0) and all(w.end_time is not None for w in self.workers.values())
 
+    @property
+    def all_started(self) -> bool:
+        """Every announced worker has been started (no more forks expected for this run)."""
+        return len(self.workers) >= (self.nprocs or 0) and all(w.state != "starting" for w in self.workers.values())
+
     def elapsed(self, now: float) -> Optional[float]:
         if self.start_time is None:
             return None
@@ -182,6 +187,11 @@ class DashboardState:
     @property
     def live(self) -> bool:
         return any(not run.finished for run in self.runs.values())
+
+    @property
+    def sampling_due(self) -> bool:
+        """A live run has all its workers started: time to sample and redraw it."""
+        return any(not run.finished and run.all_started for run in self.runs.values())
 
     def apply(self, event: ev.Event) -> None:
         """Fold one event into the state. Unknown event types are ignored."""
