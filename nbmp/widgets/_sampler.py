@@ -10,9 +10,10 @@ psutil is optional: without it CPU and RSS stay unknown and everything else work
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Any, Callable, Dict, Hashable, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Hashable, Optional, Tuple
 
 __all__ = ["Ticker", "ProcessProbe"]
 
@@ -59,13 +60,15 @@ class ProcessProbe:
 class Ticker:
     """Calls ``tick`` every ``interval`` seconds in one daemon thread until ``stop``.
 
-    ``stop`` joins the thread, so once it returns nothing of the dashboard runs. The
-    thread holds no lock between ticks and ``tick`` keeps its critical sections short,
-    so a fork in another thread never finds it mid-operation for long.
+    ``stop`` joins the thread, so once it returns nothing of the dashboard runs. Each
+    tick runs inside the fork-safety module's ``ForkLock`` (where that module is
+    present), which nbmp holds across its forks: a child never inherits the thread's
+    locks mid-tick. Between ticks the thread holds nothing.
     """
 
     def __init__(self, tick: Callable[[], None], interval: float = 0.25, name: str = "nbmp-dashboard") -> None:
         self._tick = tick
+        self._safe_point = _fork_lock(name)
         self.interval = interval
         self.name = name
         self.cpu_seconds = 0.0  # CPU time the thread used over all its runs (for the benchmark)
@@ -98,8 +101,18 @@ class Ticker:
         try:
             while not stopping.wait(self.interval):
                 try:
-                    self._tick()
+                    with self._safe_point:  # nbmp forks only between ticks
+                        self._tick()
                 except Exception:  # a display problem must never end the sampling or the run
                     pass
         finally:
             self.cpu_seconds += time.thread_time() - started
+
+
+def _fork_lock(name: str) -> ContextManager[Any]:
+    """The lock nbmp holds across its forks (``nbmp._forking.ForkLock``), else nothing."""
+    try:
+        from .._forking import ForkLock  # type: ignore[attr-defined]
+    except ImportError:  # fork safety not part of this build
+        return contextlib.nullcontext()
+    return ForkLock(name)  # type: ignore[no-any-return]
