@@ -216,6 +216,7 @@ def test_widget_tree_is_built_once_and_updated_by_traits(in_kernel):
     d = widget_dashboard()
     d.display()
     assert in_kernel, "display() showed nothing"
+    assert d.widget is d._view.root
     events = run_events(31, nprocs=3, fail=2)
     for event in events[:4]:  # run and workers started
         d.handle(event)
@@ -289,3 +290,30 @@ def test_forgotten_runs_leave_the_widget_tree(in_kernel):
             d.handle(event)
     assert list(d._view._runs) == [73]
     assert len(d._view._runs_box.children) == 1
+
+
+def test_widget_request_without_ipywidgets_names_the_extra(monkeypatch):
+    monkeypatch.setattr(_choice, "_widgets_importable", lambda: False)
+    with pytest.raises(ImportError, match=r"pip install 'nbmp\[notebook\]'"):
+        resolve_frontend("widget")
+    assert resolve_frontend(None) == "text"
+
+
+def test_only_the_view_imports_ipywidgets_and_import_nbmp_stays_light():
+    import pathlib
+
+    from helpers import run_main
+
+    widgets_dir = pathlib.Path(nbmp.__file__).parent
+    importers = sorted(p.name for p in widgets_dir.rglob("*.py") if "import ipywidgets" in p.read_text())
+    assert importers == ["_ipywidgets.py"]
+    loaded = run_main("import sys, nbmp\n"
+                      "print(sorted(m for m in ('ipywidgets', 'psutil', 'IPython', 'nbmp.widgets._ipywidgets')"
+                      " if m in sys.modules))")
+    assert loaded.strip() == "[]"
+
+
+def test_text_dashboard_has_no_widget():
+    d = nbmp.Dashboard("text", stream=io.StringIO())
+    assert d.widget is None and "text" in repr(d)
+    d.close()

@@ -131,6 +131,11 @@ class Dashboard:
     def _ipython_display_(self) -> None:
         self.display()
 
+    @property
+    def widget(self) -> Any:
+        """The root ipywidgets box (None for the text front end), e.g. to place it in a layout."""
+        return getattr(self._view, "root", None)
+
     def summary(self) -> str:
         """The state as a plain-text table, tracebacks included."""
         with self._lock:
