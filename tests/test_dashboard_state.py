@@ -199,3 +199,15 @@ def test_sampling_waits_until_every_worker_is_started():
     assert state.live and not state.sampling_due  # worker 1 is still to be forked
     feed(state, ev.WorkerStarted(run_id=1, index=1, pid=11))
     assert state.sampling_due
+
+
+def test_sampling_starts_once_workers_report_even_without_start_events():
+    state = feed(DashboardState(clock=Clock()), ev.RunStarted(run_id=1, target="f", start_method="fork", nprocs=2),
+                 ev.WorkerOutput(run_id=1, index=0, stream="stdout", line="hi"))
+    assert state.sampling_due
+
+
+def test_a_map_reporting_progress_only_is_sampled_too():
+    state = feed(DashboardState(clock=Clock()), ev.RunStarted(run_id=1, target="f", start_method="fork", nprocs=2),
+                 ev.TaskProgress(run_id=1, index=None, done=1, total=10))
+    assert state.sampling_due

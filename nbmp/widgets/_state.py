@@ -84,6 +84,7 @@ class RunState:
     done: Optional[int] = None  # run-wide task progress (a Pool map), when reported
     total: Optional[int] = None
     workers: Dict[int, WorkerState] = field(default_factory=dict)
+    reporting: bool = False  # a worker sent more than its start (output, progress, an exit)
 
     @property
     def finished(self) -> bool:
@@ -96,8 +97,10 @@ class RunState:
 
     @property
     def all_started(self) -> bool:
-        """Every announced worker has been started (no more forks expected for this run)."""
-        return len(self.workers) >= (self.nprocs or 0) and all(w.state != "starting" for w in self.workers.values())
+        """Every announced worker has been started (no more forks expected for this run),
+        or the workers are already reporting (a run that does not announce starts)."""
+        started = len(self.workers) >= (self.nprocs or 0) and all(w.state != "starting" for w in self.workers.values())
+        return started or self.reporting
 
     def elapsed(self, now: float) -> Optional[float]:
         if self.start_time is None:
@@ -199,6 +202,9 @@ class DashboardState:
         if handler is None:
             return
         handler(self, event)
+        run = self.runs.get(getattr(event, "run_id", -1))
+        if run is not None and not isinstance(event, _ANNOUNCEMENTS):
+            run.reporting = True
         self.version += 1
 
     # -- what the sampler reads and writes ------------------------------------------
@@ -298,6 +304,7 @@ def _run_finished(state: DashboardState, e: ev.RunFinished) -> None:
     state._forget_old_runs()
 
 
+_ANNOUNCEMENTS = (ev.RunStarted, ev.WorkerStarted, ev.RunFinished)  # not yet news from the work itself
 _HANDLERS: Dict[type, Callable[[DashboardState, ev.Event], None]] = {
     ev.RunStarted: _run_started,  # type: ignore[dict-item]
     ev.WorkerStarted: _worker_started,  # type: ignore[dict-item]
