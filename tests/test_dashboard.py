@@ -32,6 +32,7 @@ def wait_for(condition, what):
 @pytest.fixture
 def in_kernel(monkeypatch):
     """Pretend to run in a Jupyter kernel, so that the automatic choice is the widget."""
+    pytest.importorskip("ipywidgets")
     monkeypatch.setattr(_choice, "_in_kernel", lambda: True)
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append(a) or _Handle())
