@@ -18,6 +18,7 @@ import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
 from ._pickling import PicklingError
+from .widgets import Dashboard, set_dashboard
 
 __version__ = "0.1.0"
 
@@ -26,4 +27,4 @@ for _name in _multiprocessing.__all__:
     globals()[_name] = getattr(_default_context, _name)
 del _name
 
-__all__ = [*_multiprocessing.__all__, "PicklingError"]
+__all__ = [*_multiprocessing.__all__, "PicklingError", "Dashboard", "set_dashboard"]

@@ -1,0 +1,166 @@
+"""The ipywidgets view: the only module of nbmp that imports ipywidgets.
+
+Each run's widget tree is built once, when the run first shows up; every later update
+only assigns traits (traitlets sends nothing for a value that did not change). Updates
+come from the dashboard's background thread while the cell is blocked: ipykernel sends
+comm messages from any thread through its IOPub thread, with the running cell as their
+parent. The Stop button's clicks are handled in a kernel subshell while the run goes
+(``_subshell.py``), so they act while the cell is blocked. A failed worker's traceback
+sits in an Accordion whose children are only ever appended, so a section the user
+opened stays open across updates.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, Optional
+
+try:
+    import ipywidgets as w
+except ImportError as err:  # pragma: no cover - exercised only without the extra
+    raise ImportError("nbmp's widget dashboard needs ipywidgets: pip install 'nbmp[notebook]' "
+                      "(or use dashboard='text')") from err
+
+from ._html import RunSnapshot, Snapshot, snapshot
+from ._state import DashboardState
+from ._subshell import ClickRoute
+
+__all__ = ["WidgetView"]
+
+StopLookup = Callable[[int], Optional[Callable[[], None]]]
+
+_HIDDEN, _SHOWN = "none", ""
+
+
+class _RunWidgets:
+    """The widgets of one run."""
+
+    def __init__(self, stop: Optional[Callable[[], None]]) -> None:
+        self.title = w.HTML()
+        self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop",
+                                    tooltip="terminate this run's workers",
+                                    layout=w.Layout(width="90px", display=_SHOWN if stop else _HIDDEN))
+        self.progress = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="300px"))
+        self.progress_label = w.HTML()
+        self.table = w.HTML()
+        self.failures = w.Accordion(layout=w.Layout(display=_HIDDEN))
+        self.outputs = w.Accordion(layout=w.Layout(display=_HIDDEN))
+        self._output_html: Dict[int, w.HTML] = {}
+        self._stop = stop
+        self.stop_button.on_click(self._on_stop)
+        # Without this a click waits for the blocked cell to end (see _subshell.py).
+        self._route = ClickRoute.open(self.stop_button) if stop is not None else None
+        self.box = w.VBox([w.HBox([self.title, self.stop_button]), w.HBox([self.progress, self.progress_label]),
+                           self.table, self.failures, self.outputs])
+
+    def _on_stop(self, _button: w.Button) -> None:
+        self.stop_button.disabled = True
+        self.stop_button.description = "Stopping"
+        if self._stop is not None:
+            self._stop()
+
+    def update(self, snap: RunSnapshot) -> None:
+        self.title.value = snap.title
+        self.progress.layout.display = _HIDDEN if snap.progress is None else _SHOWN
+        self.progress.value = snap.progress or 0.0
+        self.progress.bar_style = "" if not snap.finished else ("danger" if snap.failures else "success")
+        self.progress_label.value = snap.progress_label
+        self.table.value = snap.table
+        self._update_failures(snap)
+        self._update_outputs(snap)
+        if snap.finished:
+            self.stop_button.disabled = True
+            self.stop_button.layout.display = _HIDDEN
+            self.close_route()
+
+    def close_route(self) -> None:
+        if self._route is not None:
+            self._route.close()
+            self._route = None
+
+    def _update_failures(self, snap: RunSnapshot) -> None:
+        known = len(self.failures.children)
+        if len(snap.failures) <= known:
+            return
+        new = [w.HTML(value=html) for _, html in snap.failures[known:]]
+        self.failures.children = (*self.failures.children, *new)
+        self.failures.titles = tuple(title for title, _ in snap.failures)
+        self.failures.layout.display = _SHOWN
+
+    def _update_outputs(self, snap: RunSnapshot) -> None:
+        added = False
+        for index, html in snap.outputs:
+            widget = self._output_html.get(index)
+            if widget is None:
+                widget = self._output_html[index] = w.HTML()
+                added = True
+            widget.value = html
+        if added:
+            order = sorted(self._output_html)
+            self.outputs.children = tuple(self._output_html[i] for i in order)
+            self.outputs.titles = tuple(f"worker {i} output" for i in order)
+            self.outputs.layout.display = _SHOWN
+
+
+class WidgetView:
+    """Every run a dashboard watches, one section each, and a shared-memory line."""
+
+    live = True  # redraws while the run goes (the text view without a terminal does not)
+
+    def __init__(self, stop_for: StopLookup) -> None:
+        self._stop_for = stop_for
+        self._runs: Dict[int, _RunWidgets] = {}
+        self._runs_box = w.VBox()
+        self._shm = w.HTML()
+        self.root = w.VBox([self._runs_box, self._shm])
+        self._display: Optional[Any] = None  # the DisplayHandle once shown
+        self._summary: Optional[str] = None  # the text/plain it shows now
+        self._lock = threading.Lock()  # the ticker and a final render may update at once
+
+    def show(self) -> None:
+        from IPython.display import display
+        self._display = display(self._bundle("nbmp dashboard: waiting for a run"), raw=True, display_id=True)
+
+    def _bundle(self, text: str) -> Dict[str, object]:
+        # The text/plain part is what a notebook saved without widget state shows.
+        view = {"version_major": 2, "version_minor": 0, "model_id": self.root.model_id}
+        return {"application/vnd.jupyter.widget-view+json": view, "text/plain": text}
+
+    def update(self, snap: Snapshot) -> None:
+        with self._lock:
+            for run in snap.runs:
+                widgets = self._runs.get(run.run_id)
+                if widgets is None:
+                    widgets = self._runs[run.run_id] = _RunWidgets(self._stop_for(run.run_id))
+                widgets.update(run)
+            self._drop_forgotten({run.run_id for run in snap.runs})
+            self._shm.value = snap.shm
+            if snap.summary is not None and snap.summary != self._summary and self._display is not None:
+                self._display.update(self._bundle(snap.summary), raw=True)
+                self._summary = snap.summary
+
+    def close(self) -> None:
+        """Give back what the live run needed (the Stop button's subshell); widgets stay."""
+        with self._lock:
+            for widgets in self._runs.values():
+                widgets.close_route()
+
+    @staticmethod
+    def render(state: DashboardState, now: float, finished_run: Optional[int] = None) -> Snapshot:
+        return snapshot(state, now)
+
+    def _drop_forgotten(self, current: set) -> None:
+        for run_id in set(self._runs) - current:
+            widgets = self._runs.pop(run_id)
+            widgets.close_route()
+            _close_tree(widgets.box)
+        boxes = tuple(self._runs[rid].box for rid in self._runs)
+        if boxes != self._runs_box.children:
+            self._runs_box.children = boxes
+
+
+def _close_tree(widget: w.Widget) -> None:
+    """Close a widget and its descendants (their comms too)."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()

@@ -1,0 +1,118 @@
+"""The dashboard's one background thread, and the CPU/RSS probe it runs.
+
+Workers report what they do as events; how much CPU and memory they use is measured
+from the parent (psutil) instead, so a busy or stuck worker needs to do nothing to be
+seen. The same thread drives the views' throttled redraws, so a cell blocked in a
+join still shows a live dashboard. It runs only while a watched run is live.
+
+psutil is optional: without it CPU and RSS stay unknown and everything else works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Callable, ContextManager, Dict, Hashable, Optional, Tuple
+
+__all__ = ["Ticker", "ProcessProbe"]
+
+Sample = Tuple[Optional[float], Optional[int]]  # (CPU percent of one core, RSS bytes)
+
+
+class ProcessProbe:
+    """CPU percent and RSS of processes by pid, remembering each ``psutil.Process`` so
+    that ``cpu_percent`` measures the interval since the previous sample."""
+
+    def __init__(self) -> None:
+        try:
+            import psutil
+        except ImportError:  # the notebook extra brings psutil; without it, no CPU/RSS
+            psutil = None
+        self._psutil: Any = psutil
+        self._procs: Dict[int, Any] = {}
+
+    @property
+    def available(self) -> bool:
+        return self._psutil is not None
+
+    def measure(self, pids: Dict[Hashable, int]) -> Dict[Hashable, Sample]:
+        if self._psutil is None:
+            return {}
+        wanted = set(pids.values())
+        for pid in set(self._procs) - wanted:  # forget exited workers (and reused pids)
+            del self._procs[pid]
+        return {key: self._sample(pid) for key, pid in pids.items()}
+
+    def _sample(self, pid: int) -> Sample:
+        psutil = self._psutil
+        try:
+            proc = self._procs.get(pid)
+            if proc is None:
+                proc = self._procs[pid] = psutil.Process(pid)
+            with proc.oneshot():
+                return proc.cpu_percent(None), proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            self._procs.pop(pid, None)
+            return None, None
+
+
+class Ticker:
+    """Calls ``tick`` every ``interval`` seconds in one daemon thread until ``stop``.
+
+    ``stop`` joins the thread, so once it returns nothing of the dashboard runs. Each
+    tick runs inside the fork-safety module's ``ForkLock`` (where that module is
+    present), which nbmp holds across its forks: a child never inherits the thread's
+    locks mid-tick. Between ticks the thread holds nothing.
+    """
+
+    def __init__(self, tick: Callable[[], None], interval: float = 0.25, name: str = "nbmp-dashboard") -> None:
+        self._tick = tick
+        self._safe_point = _fork_lock(name)
+        self.interval = interval
+        self.name = name
+        self.cpu_seconds = 0.0  # CPU time the thread used over all its runs (for the benchmark)
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    @property
+    def running(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def start(self) -> None:
+        with self._lock:
+            if self.running:
+                return
+            self._stopping = threading.Event()
+            self._thread = threading.Thread(target=self._loop, args=(self._stopping,), name=self.name, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stopping.set()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _loop(self, stopping: threading.Event) -> None:
+        started = time.thread_time()
+        try:
+            while not stopping.wait(self.interval):
+                try:
+                    with self._safe_point:  # nbmp forks only between ticks
+                        self._tick()
+                except Exception:  # a display problem must never end the sampling or the run
+                    pass
+        finally:
+            self.cpu_seconds += time.thread_time() - started
+
+
+def _fork_lock(name: str) -> ContextManager[Any]:
+    """The lock nbmp holds across its forks (``nbmp._forking.ForkLock``), else nothing."""
+    try:
+        from .._forking import ForkLock  # type: ignore[attr-defined]
+    except ImportError:  # fork safety not part of this build
+        return contextlib.nullcontext()
+    return ForkLock(name)  # type: ignore[no-any-return]
