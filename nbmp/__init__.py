@@ -17,7 +17,9 @@ Example::
 import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
+from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
 from ._pickling import PicklingError
+from ._spawn import ProcessContext, spawn, start_processes
 
 __version__ = "0.1.0"
 
@@ -26,4 +28,5 @@ for _name in _multiprocessing.__all__:
     globals()[_name] = getattr(_default_context, _name)
 del _name
 
-__all__ = [*_multiprocessing.__all__, "PicklingError"]
+__all__ = [*_multiprocessing.__all__, "PicklingError", "spawn", "start_processes", "ProcessContext",
+           "ProcessException", "ProcessRaisedException", "ProcessExitedException"]
