@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import sys
+import threading
+import time
 from typing import Any, Iterator, Optional
 
 __all__ = ["die_with_parent", "interrupts_blocked", "ignore_interrupts", "flush_c_stdio"]
@@ -37,20 +40,44 @@ def _load_libc() -> Optional[Any]:
 
 
 def die_with_parent(parent_pid: int, direct: bool) -> None:
-    """Have the kernel send this process SIGTERM when its parent dies (Linux only).
+    """End this worker (SIGTERM) when ``parent_pid``, the process that started it, dies.
 
-    ``parent_pid`` is the process that started the run. ``direct`` is False under
-    forkserver, where the OS parent is the fork server (which exits when the run's
-    process does). The parent may have died before ``prctl`` ran: then no signal
-    would ever come, so check and leave now.
+    ``direct``: ``parent_pid`` is our OS parent (fork, spawn), so Linux's
+    parent-death signal does it. Under forkserver the OS parent is the fork server,
+    which outlives the run (its children keep it alive), so a thread watches the
+    starter through a pidfd instead.
     """
-    libc = _load_libc() if sys.platform.startswith("linux") else None
-    if libc is None or DEATH_SIGNAL is None:
+    if DEATH_SIGNAL is None or not sys.platform.startswith("linux"):
         return
-    if libc.prctl(_PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
+    if not direct:
+        _watch(parent_pid)
         return
-    if (os.getppid() != parent_pid) if direct else not _exists(parent_pid):
+    libc = _load_libc()
+    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
+        return
+    # The parent may have died before prctl ran; then no signal would ever come.
+    if os.getppid() != parent_pid:
         os.kill(os.getpid(), DEATH_SIGNAL)
+
+
+def _watch(pid: int) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone
+        os.kill(os.getpid(), DEATH_SIGNAL)
+        return
+    except (AttributeError, OSError):  # no pidfd (Linux < 5.3): poll instead
+        pidfd = None
+    threading.Thread(target=_wait_for_exit, args=(pid, pidfd), name="nbmp-parent-watch", daemon=True).start()
+
+
+def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
+    if pidfd is not None:
+        select.select([pidfd], [], [])
+    else:
+        while _exists(pid):
+            time.sleep(1.0)
+    os.kill(os.getpid(), DEATH_SIGNAL)
 
 
 def _exists(pid: int) -> bool:
