@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-__all__ = ["die_with_parent", "interrupts_blocked", "ignore_interrupts", "flush_c_stdio"]
+__all__ = ["prepare", "die_with_parent", "interrupts_blocked", "ignore_interrupts", "flush_c_stdio"]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -37,6 +37,13 @@ def _load_libc() -> Optional[Any]:
         except OSError:
             _libc = False
     return _libc or None
+
+
+def prepare() -> None:
+    """In the parent, before forking: load what workers will need, once, so that
+    forked children inherit it instead of each loading it again."""
+    if sys.platform.startswith("linux"):
+        _load_libc()
 
 
 def die_with_parent(parent_pid: int, direct: bool) -> None:

@@ -219,6 +219,7 @@ def _start_workers(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], npro
     method = ctx.get_start_method()
     sources = _cell_sources() if method != "fork" else None
     workers: List[Worker] = []
+    _posix.prepare()
     try:
         with _posix.interrupts_blocked():
             for i in range(nprocs):
