@@ -113,3 +113,13 @@ def test_late_lines_of_a_non_joined_run_land_in_their_own_cell(kernel):
         kernel.client.get_shell_msg(timeout=TIMEOUT)
     assert where == {"[0] late 0": first, "[1] late 1": first, "second cell": second}
     kernel.run("ctx.join()").raise_for_error()
+
+
+def test_logging_configured_in_the_kernel_is_relayed_whole(kernel):
+    # basicConfig's handler holds ipykernel's OutStream, which in a forked child would
+    # forward over ZeroMQ instead of through the worker's fd 2.
+    code = ("import logging, nbmp\nlogging.basicConfig(force=True)\n"
+            "nbmp.spawn(lambda i: logging.warning('worker %d says hi', i), nprocs=4)")
+    cell = kernel.run(code)
+    cell.raise_for_error()
+    assert sorted(cell.stderr.splitlines()) == [f"[{i}] WARNING:root:worker {i} says hi" for i in range(4)]
