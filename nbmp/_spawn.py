@@ -233,7 +233,7 @@ def _start_workers(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], npro
 
 def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
                output: str, method: str, sources: Optional[Dict[str, Any]]) -> Worker:
-    result_r, result_w = connection.Pipe(duplex=False)
+    result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
     pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
     # Write ends as connections: they cross to spawn/forkserver children as fds.
     ends = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]

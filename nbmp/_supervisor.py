@@ -176,6 +176,11 @@ class Supervisor:
             worker.outcome = pickle.loads(data)
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
+        if worker.outcome[0] != "raised":
+            try:  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
+                worker.result_pipe.send_bytes(b"")
+            except OSError:
+                pass
 
     def _finish(self, worker: Worker) -> None:
         """The worker's process ended: take what it left in its pipes, then reap it."""

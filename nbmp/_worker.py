@@ -3,8 +3,9 @@ message that tells the parent how it ended.
 
 The worker sends exactly one message on its result pipe, pickled by nbmp's pickler
 (so shared arrays cross as handles and lambdas travel): ``("ok", value)`` or
-``("raised", exc_type, message, traceback, pickled_exception_or_None)``. A worker
-that sends nothing was killed or called ``sys.exit``; its exit code tells the rest.
+``("raised", exc_type, message, traceback, pickled_exception_or_None)``. After
+``"ok"`` it waits for the parent's receipt before exiting. A worker that sends
+nothing was killed or called ``sys.exit``; its exit code tells the rest.
 """
 
 from __future__ import annotations
@@ -54,9 +55,21 @@ def run(job: Job) -> None:
     finally:
         _flush_all()
     job.result.send_bytes(message)
+    if not failed:
+        _wait_for_receipt(job.result)
     job.result.close()
     if failed:
         sys.exit(1)  # torch's exit code for a worker that raised
+
+
+def _wait_for_receipt(result: Connection) -> None:
+    # A value may hold handles that the parent fetches from this process while it
+    # unpickles (torch tensors in shared memory pass their fd through a socket this
+    # process serves): stay alive until the parent says it has the value.
+    try:
+        result.recv_bytes()
+    except (EOFError, OSError):
+        pass
 
 
 def _call(job: Job) -> Tuple[bool, bytes]:

@@ -434,3 +434,12 @@ def test_unpicklable_argument_is_fine_under_fork():
     import threading
     lock = threading.Lock()
     assert nbmp.spawn(lambda i, lk: lk.locked(), args=(lock,), nprocs=1, start_method="fork") == [False]
+
+
+@pytest.mark.torch
+def test_torch_tensors_come_back(start_method):
+    # torch passes a tensor's shared memory as a file descriptor that the parent fetches
+    # from the worker while unpickling: the worker must still be there.
+    torch = pytest.importorskip("torch")
+    values = nbmp.spawn(lambda i, t: t * i, args=(torch.ones(3),), nprocs=2, start_method=start_method)
+    assert [v.tolist() for v in values] == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]

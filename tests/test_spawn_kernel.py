@@ -3,34 +3,25 @@ whole in the calling cell, and the interrupt button stops the workers cleanly.""
 
 from __future__ import annotations
 
+import inspect
 import time
 
 import psutil
 import pytest
 
 from conftest import START_METHODS, TIMEOUT
-from test_spawn_output import _check_whole_lines
+from test_spawn_output import _chatty, _check_whole_lines
 
 pytestmark = pytest.mark.kernel
 
-CHATTY = '''
-import os, nbmp
-def chatty(i, lines):
-    body = f"worker {i} " + "x" * (500 + 97 * i)
-    for k in range(lines):
-        if k % 2:
-            print(f"{body} line {k}")
-        else:
-            for piece in (f"{body[:100]}", f"{body[100:]} ", f"line {k}\\n"):
-                os.write(1, piece.encode())
-    return i
-'''
+# The same chatty worker as the terminal tests, defined in a cell.
+CHATTY = "import os, nbmp\n" + inspect.getsource(_chatty)
 
 
 @pytest.mark.parametrize("method", START_METHODS)
 def test_chatty_workers_lines_arrive_whole_in_the_calling_cell(kernel, method):
     kernel.run(CHATTY).raise_for_error()
-    cell = kernel.run(f"nbmp.spawn(chatty, args=(30,), nprocs=4, start_method={method!r})")
+    cell = kernel.run(f"nbmp.spawn(_chatty, args=(30,), nprocs=4, start_method={method!r})")
     cell.raise_for_error()
     assert cell.result == "[0, 1, 2, 3]"
     _check_whole_lines(cell.stdout, 4, 30)  # kernel.run keeps only this cell's messages
