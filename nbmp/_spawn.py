@@ -17,16 +17,15 @@ What differs from ``torch.multiprocessing.spawn``:
 from __future__ import annotations
 
 import linecache
-import operator
 import os
-from multiprocessing import connection, context
+from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _pickling, _posix
-from ._context import default_context
 from ._events import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from ._exceptions import ProcessException, ProcessRaisedException, exited_error, raised_message
-from ._output import StreamPrinter, check_output_mode
+from ._output import StreamPrinter
+from ._spawn_args import check_arguments
 from ._supervisor import Supervisor, Worker
 from ._worker import Job, run
 
@@ -164,7 +163,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         >>> nbmp.start_processes(lambda i, x: i + x, args=(10,), nprocs=3, start_method="spawn")
         [10, 11, 12]
     """
-    ctx, args, nprocs = _check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
+    ctx, args, nprocs = check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
     run_id = new_run_id()
     events = _broadcast(output, sinks)
     started = RunStarted(run_id, _name_of(fn), ctx.get_start_method(), nprocs)
@@ -174,14 +173,22 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
             events.sinks.append(sink)
     events.handle(started)
     workers = _start_workers(ctx, fn, args, nprocs, daemon, output, run_id, events)
-    flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
-    supervisor = Supervisor(run_id, workers, events, flush, grace_period)
-    supervisor.start()
+    try:
+        flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
+        supervisor = Supervisor(run_id, workers, events, flush, grace_period)
+        supervisor.start()
+    except BaseException:
+        _abandon(workers)
+        raise
     process_context = ProcessContext([w.process for w in workers], supervisor)
     if not join:
         return process_context
-    while not process_context.join():
-        pass
+    try:
+        while not process_context.join():
+            pass
+    except KeyboardInterrupt:  # also one that came just before join was entered
+        process_context._stop_after_interrupt()
+        raise
     return process_context.results
 
 
@@ -278,68 +285,3 @@ def _cell_sources() -> Optional[Dict[str, Any]]:
                 break
             sources[filename] = entry
     return sources or None
-
-
-# --------------------------------------------------------------------------
-# Checking the arguments, before anything starts
-# --------------------------------------------------------------------------
-
-
-def _check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: Any, grace_period: Any,
-                     sinks: Any) -> Tuple[Any, Tuple[Any, ...], int]:
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {fn!r} ({type(fn).__name__}); it is called as fn(i, *args), "
-                        f"e.g. nbmp.spawn(lambda i: i * i, nprocs=4)")
-    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise TypeError(f"args must be a tuple of the arguments after i, got {args!r}; "
-                        f"for one argument write args=(x,)")
-    nprocs = _check_nprocs(nprocs)
-    check_output_mode(output)
-    if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or not grace_period >= 0:
-        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}")
-    for sink in sinks:
-        if not callable(getattr(sink, "handle", None)):
-            raise TypeError(f"every sink needs a handle(event) method; {sink!r} has none")
-    ctx = default_context.get_context(start_method)
-    args = tuple(args)
-    if ctx.get_start_method() != "fork":
-        _check_picklable(fn, args, ctx.get_start_method())
-    return ctx, args, nprocs
-
-
-def _check_nprocs(nprocs: Any) -> int:
-    try:
-        if isinstance(nprocs, bool):
-            raise TypeError
-        value = operator.index(nprocs)
-    except TypeError:
-        raise TypeError(f"nprocs must be a positive int (the number of worker processes), got {nprocs!r}; "
-                        f"e.g. nprocs=4") from None
-    if value < 1:
-        raise ValueError(f"nprocs must be a positive int (the number of worker processes), got {value}; "
-                         f"e.g. nprocs={os.cpu_count() or 1}")
-    return value
-
-
-class _ProbePopen:
-    """Stands in for the spawning Popen while checking that fn and args pickle, so
-    that objects which only pickle while a child is being spawned (queues, locks,
-    connections) pass the check as they will pass the real start."""
-
-    @staticmethod
-    def duplicate_for_child(fd: int) -> int:
-        return fd
-
-    @staticmethod
-    def DupFd(fd: int) -> int:
-        return fd
-
-
-def _check_picklable(fn: Any, args: Tuple[Any, ...], method: str) -> None:
-    roots: Dict[str, Any] = {"fn": fn, **{f"args[{k}]": arg for k, arg in enumerate(args)}}
-    previous = context.get_spawning_popen()
-    context.set_spawning_popen(_ProbePopen())
-    try:
-        _pickling.dumps_explained((fn, args), roots, f"start workers with the {method!r} start method")
-    finally:
-        context.set_spawning_popen(previous)

@@ -3,8 +3,9 @@ message that tells the parent how it ended.
 
 The worker sends exactly one message on its result pipe, pickled by nbmp's pickler
 (so shared arrays cross as handles and lambdas travel): ``("ok", value)`` or
-``("raised", exc_type, message, traceback, pickled_exception_or_None)``. After
-``"ok"`` it waits for the parent's receipt before exiting. A worker that sends
+``("raised", exc_type, message, traceback, pickled_exception_or_None)``. After an
+``"ok"`` whose value the parent must fetch parts of from this process, it waits for
+the parent's receipt before exiting (the parent sends one after every ``"ok"``). A worker that sends
 nothing was killed or called ``sys.exit``; its exit code tells the rest.
 """
 
@@ -55,11 +56,20 @@ def run(job: Job) -> None:
     finally:
         _flush_all()
     job.result.send_bytes(message)
-    if not failed:
+    if not failed and receipt_needed():
         _wait_for_receipt(job.result)
     job.result.close()
     if failed:
         sys.exit(1)  # torch's exit code for a worker that raised
+
+
+def receipt_needed() -> bool:
+    """Whether the value just sent holds file descriptors that the parent will fetch
+    from this process (``multiprocessing.resource_sharer``, which torch's tensors and
+    connections sent outside a process start use). Waiting costs a round trip, so
+    plain values do not wait."""
+    sharer = sys.modules.get("multiprocessing.resource_sharer")
+    return bool(sharer is not None and getattr(getattr(sharer, "_resource_sharer", None), "_cache", None))
 
 
 def _wait_for_receipt(result: Connection) -> None:
