@@ -40,8 +40,8 @@ def _load_libc() -> Optional[Any]:
 
 
 def prepare() -> None:
-    """In the parent, before forking: load what workers will need, once, so that
-    forked children inherit it instead of each loading it again."""
+    """In the parent, before forking: load libc once, so that forked children
+    inherit it instead of each loading it again."""
     if sys.platform.startswith("linux"):
         _load_libc()
 

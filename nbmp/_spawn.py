@@ -226,7 +226,7 @@ def _start_workers(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], npro
     method = ctx.get_start_method()
     sources = _cell_sources() if method != "fork" else None
     workers: List[Worker] = []
-    _posix.prepare()
+    _prepare_parent()
     try:
         with _posix.interrupts_blocked():
             for i in range(nprocs):
@@ -259,6 +259,19 @@ def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, 
             if end is not None:
                 end.close()  # the child has its copies; ours would hide its exit
     return Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
+
+
+_prepared = False
+
+
+def _prepare_parent() -> None:
+    # Work that every forked worker would otherwise redo from scratch (and lose at
+    # exit): the first pickling initialises cloudpickle's and nbmp's pickler state.
+    global _prepared
+    if not _prepared:
+        _posix.prepare()
+        _pickling.dumps(("ok", None))
+        _prepared = True
 
 
 def _abandon(workers: List[Worker]) -> None:

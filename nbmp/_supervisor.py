@@ -230,7 +230,7 @@ def _reap(process: BaseProcess) -> int:
     # Another thread may be reaping the same child (Process.start() polls every
     # child), and its waitpid can win: then exitcode appears a moment later.
     while True:
-        process.join(0.01)
-        code = process.exitcode
+        code = process.exitcode  # waitpid(WNOHANG): the sentinel said it has ended
         if code is not None:
             return code
+        process.join(0.01)
