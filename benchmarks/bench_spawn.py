@@ -71,14 +71,18 @@ def pool(method: str) -> Callable[[], None]:
     return run
 
 
-def measure(fn: Callable[[], None], repeat: int) -> float:
-    fn()  # warm-up: imports, a forkserver, caches
-    times = []
+def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[float]:
+    """Median seconds per row. The rows take turns, run after run, so that a change of
+    load on a shared machine hits every row alike."""
+    for _, fn in rows:
+        fn()  # warm-up: imports, a forkserver, caches
+    times: List[List[float]] = [[] for _ in rows]
     for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for k, (_, fn) in enumerate(rows):
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
 
 
 def main() -> None:
@@ -86,19 +90,20 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21, help="timed runs of the fork-based rows")
     parser.add_argument("--repeat-spawn", type=int, default=3, help="timed runs of the spawn-based rows")
     opts = parser.parse_args()
-    rows: List[Tuple[str, Callable[[], None], int]] = [
-        ("raw floor: 4 x os.fork + waitpid", raw_fork_floor, opts.repeat),
-        ("**nbmp.spawn, default (fork), output relayed**", nbmp_default, opts.repeat),
-        ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit, opts.repeat),
-        ("multiprocessing Pool, fork", pool("fork"), opts.repeat),
+    fork_rows: List[Tuple[str, Callable[[], None]]] = [
+        ("raw floor: 4 x os.fork + waitpid", raw_fork_floor),
+        ("**nbmp.spawn, default (fork), output relayed**", nbmp_default),
+        ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
+        ("multiprocessing Pool, fork", pool("fork")),
     ]
     if torch_mp is not None:
-        rows.append(("torch start_processes, fork", torch_start_processes_fork, opts.repeat))
-    rows += [("nbmp.spawn, start_method='spawn'", nbmp_spawn, opts.repeat_spawn),
-             ("multiprocessing Pool, spawn", pool("spawn"), opts.repeat_spawn)]
+        fork_rows.append(("torch start_processes, fork", torch_start_processes_fork))
+    spawn_rows = [("nbmp.spawn, start_method='spawn'", nbmp_spawn), ("multiprocessing Pool, spawn", pool("spawn"))]
     if torch_mp is not None:
-        rows.append(("torch.multiprocessing.spawn", torch_spawn, opts.repeat_spawn))
-    results = [(name, measure(fn, n), n) for name, fn, n in rows]
+        spawn_rows.append(("torch.multiprocessing.spawn", torch_spawn))
+    results = [(name, t, opts.repeat) for (name, _), t in zip(fork_rows, measure(fork_rows, opts.repeat))]
+    results += [(name, t, opts.repeat_spawn)
+                for (name, _), t in zip(spawn_rows, measure(spawn_rows, opts.repeat_spawn))]
     floor = results[0][1]
     print(f"4 trivial workers, parent with numpy {numpy.__version__}"
           f"{' and torch ' + torch.__version__ if torch is not None else ''} imported; "
