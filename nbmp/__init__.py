@@ -17,8 +17,10 @@ Example::
 import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
+from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
 from ._pickling import PicklingError
 from .widgets import Dashboard, set_dashboard
+from ._spawn import ProcessContext, spawn, start_processes
 
 __version__ = "0.1.0"
 
@@ -27,4 +29,10 @@ for _name in _multiprocessing.__all__:
     globals()[_name] = getattr(_default_context, _name)
 del _name
 
-__all__ = [*_multiprocessing.__all__, "PicklingError", "Dashboard", "set_dashboard"]
+__all__ = [
+    *_multiprocessing.__all__,
+    "PicklingError",
+    "spawn", "start_processes", "ProcessContext",
+    "ProcessException", "ProcessRaisedException", "ProcessExitedException",
+    "Dashboard", "set_dashboard",
+]

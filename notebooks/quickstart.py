@@ -43,3 +43,30 @@ worker.start()
 add_100 = q.get()
 worker.join()
 print(add_100(1), "exit code", worker.exitcode)
+
+# %% [markdown]
+# ## `nbmp.spawn`: a function in N workers
+#
+# `fn(i, *args)` runs in `nprocs` processes; the return values come back ordered by `i`.
+# Each worker's output is printed as whole lines, prefixed with its index.
+
+# %%
+results = multiprocessing.spawn(lambda i, base: print(f"worker {i} ready") or base + i * i, args=(100,), nprocs=4)
+print(results)
+
+# %% [markdown]
+# When a worker raises, the others are stopped and the parent raises
+# `nbmp.ProcessRaisedException`, whose message holds the worker's traceback and whose
+# `__cause__` is the worker's own exception.
+
+# %%
+def check(i):
+    if i == 2:
+        raise ValueError(f"worker {i} found a bad value")
+    return i
+
+
+try:
+    multiprocessing.spawn(check, nprocs=4)
+except multiprocessing.ProcessRaisedException as error:
+    print("worker", error.error_index, "failed with", repr(error.__cause__))

@@ -1,0 +1,118 @@
+"""Time from the call to all results for 4 trivial workers, in a parent that has
+imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_spawn.py [--repeat N]``; prints a
+Markdown table of medians and ratios to the raw fork floor (4 x os.fork + waitpid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, List, Tuple
+
+import numpy  # noqa: F401  (the realistic parent: numpy and torch imported)
+
+try:
+    import torch
+    import torch.multiprocessing as torch_mp
+except ImportError:  # the torch rows are skipped
+    torch = torch_mp = None
+
+import nbmp
+
+NPROCS = 4
+
+
+def trivial(i: int) -> int:
+    return i
+
+
+def raw_fork_floor() -> None:
+    pids = []
+    for _ in range(NPROCS):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        os.waitpid(pid, 0)
+
+
+def nbmp_default() -> None:
+    assert nbmp.spawn(trivial, nprocs=NPROCS) == [0, 1, 2, 3]
+
+
+def nbmp_default_inherit() -> None:
+    assert nbmp.spawn(trivial, nprocs=NPROCS, output="inherit") == [0, 1, 2, 3]
+
+
+def nbmp_spawn() -> None:
+    assert nbmp.spawn(trivial, nprocs=NPROCS, start_method="spawn") == [0, 1, 2, 3]
+
+
+def torch_spawn() -> None:
+    torch_mp.spawn(trivial, nprocs=NPROCS)
+
+
+def torch_start_processes_fork() -> None:
+    torch_mp.start_processes(trivial, nprocs=NPROCS, start_method="fork")
+
+
+def pool(method: str) -> Callable[[], None]:
+    def run() -> None:
+        with multiprocessing.get_context(method).Pool(NPROCS) as p:
+            assert p.map(trivial, range(NPROCS)) == [0, 1, 2, 3]
+    return run
+
+
+def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[float]:
+    """Median seconds per row. The rows take turns, run after run, so that a change of
+    load on a shared machine hits every row alike."""
+    for _, fn in rows:
+        fn()  # warm-up: imports, a forkserver, caches
+    times: List[List[float]] = [[] for _ in rows]
+    for _ in range(repeat):
+        for k, (_, fn) in enumerate(rows):
+            start = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=21, help="timed runs of the fork-based rows")
+    parser.add_argument("--repeat-spawn", type=int, default=3, help="timed runs of the spawn-based rows")
+    opts = parser.parse_args()
+    fork_rows: List[Tuple[str, Callable[[], None]]] = [
+        ("raw floor: 4 x os.fork + waitpid", raw_fork_floor),
+        ("**nbmp.spawn, default (fork), output relayed**", nbmp_default),
+        ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
+        ("multiprocessing Pool, fork", pool("fork")),
+    ]
+    if torch_mp is not None:
+        fork_rows.append(("torch start_processes, fork", torch_start_processes_fork))
+    spawn_rows = [("nbmp.spawn, start_method='spawn'", nbmp_spawn), ("multiprocessing Pool, spawn", pool("spawn"))]
+    if torch_mp is not None:
+        spawn_rows.append(("torch.multiprocessing.spawn", torch_spawn))
+    results = [(name, t, opts.repeat) for (name, _), t in zip(fork_rows, measure(fork_rows, opts.repeat))]
+    results += [(name, t, opts.repeat_spawn)
+                for (name, _), t in zip(spawn_rows, measure(spawn_rows, opts.repeat_spawn))]
+    floor = results[0][1]
+    print(f"4 trivial workers, parent with numpy {numpy.__version__}"
+          f"{' and torch ' + torch.__version__ if torch is not None else ''} imported; "
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.system()}\n")
+    print("| how | median (ms) | runs | × raw fork floor |")
+    print("|---|---:|---:|---:|")
+    for name, seconds, n in results:
+        print(f"| {name} | {seconds * 1e3:.1f} | {n} | {seconds / floor:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

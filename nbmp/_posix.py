@@ -1,0 +1,142 @@
+"""The platform-specific pieces of running workers: parent-death signals, SIGINT
+handling and C stdio, each a no-op where the platform lacks it.
+
+Kept apart so that the rest of nbmp never calls ``prctl`` or touches signal masks
+directly, and so that one module says what happens on Linux, other POSIX systems
+and Windows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from typing import Any, Iterator, Optional
+
+__all__ = ["prepare", "die_with_parent", "interrupts_blocked", "ignore_interrupts", "flush_c_stdio"]
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+# Workers get SIGTERM when their parent dies: it ends them at once unless they chose
+# to handle it (SIGINT is ignored in workers, see ignore_interrupts).
+DEATH_SIGNAL = getattr(signal, "SIGTERM", None)
+
+_libc: Optional[Any] = None
+
+
+def _load_libc() -> Optional[Any]:
+    global _libc
+    if _libc is None and os.name == "posix":
+        import ctypes  # lazily: ``import nbmp`` stays cheap
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)  # the running program's symbols, libc's included
+        except OSError:
+            _libc = False
+    return _libc or None
+
+
+def prepare() -> None:
+    """In the parent, before forking: load libc once, so that forked children
+    inherit it instead of each loading it again."""
+    if sys.platform.startswith("linux"):
+        _load_libc()
+
+
+def die_with_parent(parent_pid: int, direct: bool) -> None:
+    """End this worker (SIGTERM) when ``parent_pid``, the process that started it, dies.
+
+    ``direct``: ``parent_pid`` is our OS parent (fork, spawn), so Linux's
+    parent-death signal does it. Under forkserver the OS parent is the fork server,
+    which outlives the run (its children keep it alive), so a thread watches the
+    starter through a pidfd instead.
+    """
+    if DEATH_SIGNAL is None or not sys.platform.startswith("linux"):
+        return
+    if not direct:
+        _watch(parent_pid)
+        return
+    libc = _load_libc()
+    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
+        return
+    # The parent may have died before prctl ran; then no signal would ever come.
+    if os.getppid() != parent_pid:
+        os.kill(os.getpid(), DEATH_SIGNAL)
+
+
+def _watch(pid: int) -> None:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone
+        os.kill(os.getpid(), DEATH_SIGNAL)
+        return
+    except (AttributeError, OSError):  # no pidfd (Linux < 5.3): poll instead
+        pidfd = None
+    threading.Thread(target=_wait_for_exit, args=(pid, pidfd), name="nbmp-parent-watch", daemon=True).start()
+
+
+def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
+    if pidfd is not None:
+        select.select([pidfd], [], [])
+    else:
+        while _exists(pid):
+            time.sleep(1.0)
+    os.kill(os.getpid(), DEATH_SIGNAL)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def interrupts_blocked() -> Iterator[None]:
+    """Block SIGINT in the calling thread while workers are started.
+
+    A child inherits its creator's signal mask (across fork and exec), so a SIGINT
+    sent to the process group while a worker starts up stays pending in the worker
+    until it has set SIGINT to ignored, instead of printing a KeyboardInterrupt
+    traceback from the middle of its bootstrap. The parent's own interrupt is only
+    delayed: it is delivered on leaving the block.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_interrupts() -> None:
+    """In a worker: ignore SIGINT, then unblock it (a pending one is discarded).
+
+    The notebook's interrupt button and a terminal's Ctrl-C signal the whole process
+    group; the parent stops the workers itself, so a worker must not die with a
+    KeyboardInterrupt traceback of its own.
+    """
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to change
+        return
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def flush_c_stdio() -> None:
+    """Flush C's stdio buffers (``printf`` from C extensions).
+
+    Workers leave through ``os._exit``, which skips libc's own flush at exit.
+    """
+    libc = _load_libc()
+    if libc is not None:
+        libc.fflush(None)

@@ -1,0 +1,445 @@
+"""nbmp.spawn / start_processes, modelled on torch's test_multiprocessing_spawn.py,
+once per start method, plus nbmp's extensions (return values, lambdas, events)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+
+import nbmp
+from conftest import TIMEOUT
+
+
+def _square(i):
+    return i * i
+
+
+def _put_index(i, queue):
+    queue.put(i)
+
+
+def _raise_in(i, which):
+    if i == which:
+        raise ValueError(f"legitimate exception from process {i}")
+    time.sleep(TIMEOUT)
+
+
+def _raise_always(i):
+    raise ValueError(f"legitimate exception from process {i}")
+
+
+def _signal_self(i, signum):
+    if i == 0:
+        os.kill(os.getpid(), signum)
+    time.sleep(TIMEOUT)
+
+
+def _exit_with(i, code):
+    if i == 0:
+        sys.exit(code)
+    time.sleep(TIMEOUT)
+
+
+def _succeed_then_raise(i):
+    if i == 0:
+        return
+    time.sleep(0.1)
+    raise ValueError("legitimate exception")
+
+
+def _sleep_forever(i):
+    while True:
+        time.sleep(1)
+
+
+def _wait_for(i, event):
+    event.wait(TIMEOUT)
+    return i
+
+
+class Recorder:
+    """A sink that keeps every event."""
+
+    def __init__(self):
+        self.events = []
+
+    def handle(self, event):
+        self.events.append(event)
+
+    def of(self, kind):
+        return [e for e in self.events if type(e).__name__ == kind]
+
+
+def test_success_returns_values_ordered_by_index(start_method):
+    assert nbmp.spawn(_square, nprocs=4, start_method=start_method) == [0, 1, 4, 9]
+
+
+def test_start_processes_is_the_same_call(start_method):
+    assert nbmp.start_processes(_square, nprocs=2, start_method=start_method) == [0, 1]
+
+
+def test_lambda_closure_and_args(start_method):
+    offset = 100
+    assert nbmp.spawn(lambda i, a, b: (i + offset, a, b), args=(1, "x"), nprocs=2,
+                      start_method=start_method) == [(100, 1, "x"), (101, 1, "x")]
+
+
+def test_default_start_method_is_nbmps_default():
+    recorder = Recorder()
+    nbmp.spawn(_square, nprocs=1, sinks=[recorder])
+    assert recorder.of("RunStarted")[0].start_method == nbmp.get_start_method() == "fork"
+
+
+def test_first_argument_is_the_index(ctx, start_method):
+    queue = ctx.SimpleQueue()
+    nbmp.start_processes(_put_index, args=(queue,), nprocs=2, start_method=start_method)
+    assert sorted([queue.get(), queue.get()]) == [0, 1]
+    del queue
+
+
+def test_success_non_blocking(start_method):
+    context = nbmp.start_processes(_square, nprocs=2, join=False, start_method=start_method)
+    assert isinstance(context, nbmp.ProcessContext)
+    assert context.pids() == [p.pid for p in context.processes]
+    while not context.join(timeout=TIMEOUT):
+        pass
+    assert context.join(timeout=None) is True
+    assert context.results == [0, 1]
+
+
+def test_join_with_timeout_returns_false_while_running(ctx, start_method):
+    event = ctx.Event()
+    context = nbmp.spawn(_wait_for, args=(event,), nprocs=2, join=False, start_method=start_method)
+    assert context.join(timeout=0.05) is False
+    assert context.results is None
+    event.set()
+    while not context.join(timeout=TIMEOUT):
+        pass
+    assert context.results == [0, 1]
+    del event
+
+
+def test_workers_carry_their_index(start_method):
+    context = nbmp.spawn(_square, nprocs=3, join=False, start_method=start_method)
+    context.join(TIMEOUT)
+    assert [(p._nbmp_index, p._nbmp_nprocs) for p in context.processes] == [(0, 3), (1, 3), (2, 3)]
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_exception_single(start_method, which):
+    with pytest.raises(nbmp.ProcessRaisedException,
+                       match=f"\nValueError: legitimate exception from process {which}$") as info:
+        nbmp.start_processes(_raise_in, args=(which,), nprocs=2, start_method=start_method)
+    error = info.value
+    assert f"-- Process {which} terminated with the following error:" in str(error)
+    assert "Traceback (most recent call last):" in str(error)
+    assert error.error_index == which
+    assert error.pid == error.error_pid
+    assert isinstance(error.__cause__, ValueError)
+    assert str(error.__cause__) == f"legitimate exception from process {which}"
+
+
+def test_exception_all(start_method):
+    with pytest.raises(nbmp.ProcessRaisedException, match="\nValueError: legitimate exception from process (0|1)$"):
+        nbmp.start_processes(_raise_always, nprocs=2, start_method=start_method)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSEGV, signal.SIGTERM])
+def test_terminate_signal(start_method, signum):
+    name = signal.Signals(signum).name
+    with pytest.raises(nbmp.ProcessExitedException, match=f"^process 0 terminated with signal {name}$") as info:
+        nbmp.start_processes(_signal_self, args=(signum,), nprocs=2, start_method=start_method)
+    assert (info.value.exit_code, info.value.signal_name, info.value.error_index) == (-signum, name, 0)
+
+
+def test_terminate_exit(start_method):
+    with pytest.raises(nbmp.ProcessExitedException, match="^process 0 terminated with exit code 123$") as info:
+        nbmp.start_processes(_exit_with, args=(123,), nprocs=2, start_method=start_method)
+    assert info.value.exit_code == 123
+    assert info.value.signal_name is None
+
+
+def test_success_first_then_exception(start_method):
+    with pytest.raises(nbmp.ProcessRaisedException, match="ValueError: legitimate exception"):
+        nbmp.start_processes(_succeed_then_raise, nprocs=2, start_method=start_method)
+
+
+def test_signal_from_outside_raises_exited(start_method):
+    context = nbmp.spawn(_sleep_forever, nprocs=1, join=False, start_method=start_method)
+    for pid in context.pids():
+        os.kill(pid, signal.SIGTERM)
+    with pytest.raises(nbmp.ProcessExitedException, match="terminated with signal SIGTERM"):
+        context.join(TIMEOUT)
+    with pytest.raises(nbmp.ProcessExitedException):  # and on every later call
+        context.join(TIMEOUT)
+
+
+def test_others_are_terminated(start_method):
+    recorder = Recorder()
+    with pytest.raises(nbmp.ProcessRaisedException):
+        nbmp.spawn(_raise_in, args=(0,), nprocs=3, start_method=start_method, sinks=[recorder])
+    exits = {e.index: e for e in recorder.of("WorkerExited")}
+    assert exits[0].exitcode == 1 and not exits[0].killed_by_us
+    for i in (1, 2):
+        assert exits[i].exitcode == -signal.SIGTERM and exits[i].killed_by_us
+
+
+def _ignore_sigterm_then_raise(i):
+    if i == 0:
+        time.sleep(0.5)
+        raise RuntimeError("boom")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(TIMEOUT)
+
+
+def test_others_are_killed_after_the_grace_period(start_method):
+    recorder = Recorder()
+    with pytest.raises(nbmp.ProcessRaisedException, match="RuntimeError: boom$"):
+        nbmp.spawn(_ignore_sigterm_then_raise, nprocs=2, start_method=start_method, grace_period=0.2,
+                   sinks=[recorder])
+    exits = {e.index: e.exitcode for e in recorder.of("WorkerExited")}
+    assert exits == {0: 1, 1: -signal.SIGKILL}
+
+
+def test_process_exit_code(start_method):
+    with pytest.raises(nbmp.ProcessExitedException) as info:
+        nbmp.spawn(lambda i: sys.exit(12), nprocs=1, start_method=start_method)
+    assert info.value.exit_code == 12
+
+
+def test_sys_exit_zero_is_success_with_no_value(start_method):
+    assert nbmp.spawn(lambda i: sys.exit(0) if i else "ok", nprocs=2, start_method=start_method) == ["ok", None]
+
+
+def test_exceptions_pickle():
+    raised = nbmp.ProcessRaisedException("msg", 1, 1234)
+    exited = nbmp.ProcessExitedException("process 2 terminated with signal SIGKILL", 2, 99, -9, "SIGKILL")
+    for error in (raised, exited, nbmp.ProcessException("m", 0, 5)):
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+        assert (copy.error_index, copy.error_pid, copy.pid) == (error.error_index, error.error_pid, error.pid)
+    copy = pickle.loads(pickle.dumps(exited))
+    assert (copy.exit_code, copy.signal_name) == (-9, "SIGKILL")
+    assert issubclass(nbmp.ProcessRaisedException, nbmp.ProcessException)
+    assert issubclass(nbmp.ProcessExitedException, nbmp.ProcessException)
+
+
+def test_caught_exceptions_pickle(start_method):
+    with pytest.raises(nbmp.ProcessRaisedException) as info:
+        nbmp.spawn(_raise_always, nprocs=1, start_method=start_method)
+    copy = pickle.loads(pickle.dumps(info.value))
+    assert str(copy) == str(info.value) and copy.error_index == 0
+
+
+def test_cell_defined_exception_type_is_the_cause(start_method):
+    class Custom(Exception):
+        pass
+
+    def fail(i):
+        raise Custom("mine")
+
+    with pytest.raises(nbmp.ProcessRaisedException, match="Custom: mine$") as info:
+        nbmp.spawn(fail, nprocs=1, start_method=start_method)
+    assert type(info.value.__cause__).__name__ == "Custom"
+
+
+def test_unpicklable_return_value_is_reported(start_method):
+    import threading
+    with pytest.raises(nbmp.ProcessRaisedException, match="the return value"):
+        nbmp.spawn(lambda i: threading.Lock(), nprocs=1, start_method=start_method)
+
+
+def test_workers_ignore_sigint(start_method):
+    def interrupt_self(i):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        return "survived"
+
+    assert nbmp.spawn(interrupt_self, nprocs=2, start_method=start_method) == ["survived", "survived"]
+
+
+def test_daemon_flag(start_method):
+    context = nbmp.spawn(_square, nprocs=2, daemon=True, join=False, start_method=start_method)
+    assert all(p.daemon for p in context.processes)
+    context.join(TIMEOUT)
+
+
+def test_events_of_a_run(start_method):
+    recorder = Recorder()
+    nbmp.spawn(lambda i: print("hi", i), nprocs=2, start_method=start_method, output="none", sinks=[recorder])
+    kinds = [type(e).__name__ for e in recorder.events]
+    assert kinds[0] == "RunStarted" and kinds[-1] == "RunFinished" and recorder.events[-1].ok
+    assert recorder.events[0].nprocs == 2 and recorder.events[0].start_method == start_method
+    run_ids = {e.run_id for e in recorder.events}
+    assert len(run_ids) == 1
+    for i in (0, 1):
+        mine = [e for e in recorder.events if getattr(e, "index", None) == i]
+        assert [type(e).__name__ for e in mine] == ["WorkerStarted", "WorkerOutput", "WorkerExited"]
+        assert mine[1].line == f"hi {i}" and mine[1].stream == "stdout"
+
+
+def test_worker_raised_event(start_method):
+    recorder = Recorder()
+    with pytest.raises(nbmp.ProcessRaisedException):
+        nbmp.spawn(_raise_always, nprocs=1, start_method=start_method, sinks=[recorder])
+    (raised,) = recorder.of("WorkerRaised")
+    assert (raised.index, raised.exc_type, raised.message) == (0, "ValueError", "legitimate exception from process 0")
+    assert raised.traceback.rstrip().endswith("ValueError: legitimate exception from process 0")
+    assert not recorder.events[-1].ok
+
+
+def test_a_failing_sink_does_not_break_the_run():
+    class Broken:
+        def handle(self, event):
+            raise RuntimeError("display problem")
+
+    assert nbmp.spawn(_square, nprocs=2, sinks=[Broken()]) == [0, 1]
+
+
+# --------------------------------------------------------------------------
+# Workers die with their parent
+# --------------------------------------------------------------------------
+
+
+def _nested_child(i, ready):
+    ready.send(os.getpid())
+    time.sleep(TIMEOUT * 4)
+
+
+def _nested_parent(i, pids, start_method):
+    # Pipes, not queues: a SIGKILLed process would leave a queue's named semaphores behind.
+    ready_r, ready_w = nbmp.Pipe(duplex=False)
+    nbmp.spawn(_nested_child, args=(ready_w,), nprocs=2, join=False, start_method=start_method)
+    pids.send([ready_r.recv(), ready_r.recv()])  # both children have called prctl by now
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _gone(pid):
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(pids):
+    deadline = time.monotonic() + TIMEOUT
+    while not all(_gone(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if not _gone(pid)]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal needs Linux prctl(2)")
+def test_nested_workers_die_with_their_parent(start_method):
+    pids_r, pids_w = nbmp.Pipe(duplex=False)
+    with pytest.raises(nbmp.ProcessExitedException, match="signal SIGKILL"):
+        nbmp.spawn(_nested_parent, args=(pids_w, start_method), nprocs=1, start_method=start_method)
+    assert pids_r.poll(TIMEOUT)
+    assert _wait_gone(pids_r.recv()) == []
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal needs Linux prctl(2)")
+def test_workers_die_when_the_parent_is_killed(start_method):
+    import subprocess
+    script = f"""
+import os, sys, time, nbmp
+def sleeper(i):
+    time.sleep({TIMEOUT * 4})
+if __name__ == "__main__":
+    ctx = nbmp.spawn(sleeper, nprocs=2, join=False, start_method={start_method!r})
+    print(*ctx.pids(), flush=True)
+    time.sleep({TIMEOUT * 4})
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2
+        # Let both run their prctl: a worker that is sleeping is past it.
+        deadline = time.monotonic() + TIMEOUT
+        while time.monotonic() < deadline and not all(_sleeping(pid) for pid in pids):
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert _wait_gone(pids) == []
+
+
+def _sleeping(pid):
+    try:
+        process = psutil.Process(pid)
+        return process.status() == psutil.STATUS_SLEEPING and "sleeper" not in process.cmdline()
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --------------------------------------------------------------------------
+# Bad input: a clear error before any process starts
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nprocs, error", [(0, ValueError), (-2, ValueError), (1.5, TypeError), ("4", TypeError),
+                                           (True, TypeError), (None, TypeError)])
+def test_bad_nprocs(nprocs, error):
+    with pytest.raises(error, match=re.escape(f"nprocs must be a positive int")) as info:
+        nbmp.spawn(_square, nprocs=nprocs)
+    assert repr(nprocs) in str(info.value) or str(nprocs) in str(info.value)
+    assert nbmp.active_children() == []
+
+
+def test_fn_not_callable():
+    with pytest.raises(TypeError, match="fn must be callable, got 42"):
+        nbmp.spawn(42, nprocs=2)
+
+
+def test_unknown_start_method():
+    with pytest.raises(ValueError, match="unknown start method 'threads'.*'fork'"):
+        nbmp.spawn(_square, nprocs=2, start_method="threads")
+
+
+def test_args_must_be_a_sequence():
+    with pytest.raises(TypeError, match=r"args=\(x,\)"):
+        nbmp.spawn(_square, args="abc", nprocs=1)
+
+
+def test_bad_output_mode():
+    with pytest.raises(ValueError, match="(?s)unknown output mode 'loud'.*'prefix'.*'raw'.*'none'"):
+        nbmp.spawn(_square, nprocs=1, output="loud")
+
+
+def test_bad_grace_period_and_sinks():
+    with pytest.raises(ValueError, match="grace_period"):
+        nbmp.spawn(_square, nprocs=1, grace_period=-1)
+    with pytest.raises(TypeError, match="handle"):
+        nbmp.spawn(_square, nprocs=1, sinks=[object()])
+
+
+@pytest.mark.parametrize("method", [m for m in ("spawn", "forkserver") if m in nbmp.get_all_start_methods()])
+def test_unpicklable_argument_is_named(method):
+    import threading
+    with pytest.raises(nbmp.PicklingError, match=r"args\[1\].*'spawn'|args\[1\].*'forkserver'") as info:
+        nbmp.spawn(lambda i, a, b: None, args=(1, threading.Lock()), nprocs=2, start_method=method)
+    assert "args[1]" in str(info.value) and isinstance(info.value, TypeError)
+    assert nbmp.active_children() == []
+
+
+def test_unpicklable_argument_is_fine_under_fork():
+    import threading
+    lock = threading.Lock()
+    assert nbmp.spawn(lambda i, lk: lk.locked(), args=(lock,), nprocs=1, start_method="fork") == [False]
+
+
+@pytest.mark.torch
+def test_torch_tensors_come_back(start_method):
+    # torch passes a tensor's shared memory as a file descriptor that the parent fetches
+    # from the worker while unpickling: the worker must still be there.
+    torch = pytest.importorskip("torch")
+    values = nbmp.spawn(lambda i, t: t * i, args=(torch.ones(3),), nprocs=2, start_method=start_method)
+    assert [v.tolist() for v in values] == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]

@@ -1,0 +1,73 @@
+"""Ctrl-C in a terminal signals the whole foreground process group: the parent stops
+the workers and raises KeyboardInterrupt once; no worker prints a traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+import nbmp
+from conftest import START_METHODS, TIMEOUT
+
+SCRIPT = """
+import os, sys, time, nbmp
+def sleeper(i):
+    print("ready", os.getpid(), flush=True)
+    time.sleep(120)
+if __name__ == "__main__":
+    try:
+        nbmp.spawn(sleeper, nprocs=4, start_method={method!r})
+    except KeyboardInterrupt:
+        print("parent interrupted; children:", len(nbmp.active_children()), flush=True)
+        raise
+"""
+
+
+def _start(source):
+    # A session of its own: the test sends SIGINT to that process group, as a terminal does.
+    return subprocess.Popen([sys.executable, "-c", source], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_ctrl_c_on_the_process_group(method):
+    proc = _start(SCRIPT.format(method=method))
+    pids = []
+    try:
+        while len(pids) < 4:
+            line = proc.stdout.readline()
+            assert line, proc.stderr.read()
+            pids.append(int(line.split()[-1]))
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode != 0
+    assert "parent interrupted; children: 0" in out
+    assert err.count("Traceback") == 1 and err.rstrip().endswith("KeyboardInterrupt")
+    assert "[0]" not in err and "[3]" not in err  # nothing from the workers
+    assert [pid for pid in pids if psutil.pid_exists(pid)] == []
+
+
+def test_interrupt_while_joining_a_context_stops_workers():
+    def sleeper(i):
+        time.sleep(TIMEOUT * 4)
+
+    context = nbmp.spawn(sleeper, nprocs=2, join=False)
+    signal.setitimer(signal.ITIMER_REAL, 0.3)
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)  # a KeyboardInterrupt in join
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            context.join()
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert all(p.exitcode == -signal.SIGTERM for p in context.processes)
+    assert context.results is None
