@@ -36,3 +36,22 @@ __all__ = [
     "ProcessException", "ProcessRaisedException", "ProcessExitedException",
     "Dashboard", "set_dashboard",
 ]
+
+
+def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    """``%load_ext nbmp``: register the ``%%nbmp`` and ``%nbmp`` magics (cheap: nothing starts).
+
+    Example::
+
+        %load_ext nbmp
+        %%nbmp -n 4
+        rank * rank            # -> [0, 1, 4, 9]
+    """
+    from ._magics import load
+    load(ipython)
+
+
+def unload_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+    """``%unload_ext nbmp``: stop every nbmp worker still running and remove the magics."""
+    from ._magics import unload
+    unload(ipython)

@@ -16,7 +16,6 @@ What differs from ``torch.multiprocessing.spawn``:
 
 from __future__ import annotations
 
-import linecache
 import os
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -34,8 +33,6 @@ __all__ = ["spawn", "start_processes", "ProcessContext", "run_sink_factories"]
 DEFAULT_GRACE_PERIOD = 3.0
 # On KeyboardInterrupt workers get at most this long between SIGTERM and SIGKILL.
 INTERRUPT_GRACE_PERIOD = 1.0
-# Cell sources shipped to spawn/forkserver workers for their tracebacks, at most.
-MAX_CELL_SOURCES = 1 << 20
 
 run_sink_factories: List[Callable[[RunStarted], Optional[EventSink]]] = []
 """Called at the start of every run; a returned sink gets the run's events (the hook
@@ -224,13 +221,12 @@ def _name_of(fn: Callable[..., Any]) -> str:
 def _start_workers(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool,
                    output: str, run_id: int, events: Broadcast) -> List[Worker]:
     method = ctx.get_start_method()
-    sources = _cell_sources() if method != "fork" else None
     workers: List[Worker] = []
     _prepare_parent()
     try:
         with _posix.interrupts_blocked():
             for i in range(nprocs):
-                workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, method, sources))
+                workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, method))
                 events.handle(WorkerStarted(run_id, i, int(workers[-1].process.pid)))
     except BaseException:
         _abandon(workers)
@@ -239,12 +235,12 @@ def _start_workers(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], npro
 
 
 def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
-               output: str, method: str, sources: Optional[Dict[str, Any]]) -> Worker:
+               output: str, method: str) -> Worker:
     result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
     pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
     # Write ends as connections: they cross to spawn/forkserver children as fds.
     ends = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
-    job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver", sources)
+    job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process._nbmp_index, process._nbmp_nprocs = i, nprocs  # read by the child's bootstrap
     try:
@@ -282,19 +278,3 @@ def _abandon(workers: List[Worker]) -> None:
         worker.result_pipe.close()
         for fd in worker.output_pipes:
             os.close(fd)
-
-
-def _cell_sources() -> Optional[Dict[str, Any]]:
-    """Notebook cells' source lines, for tracebacks in workers that never saw them.
-
-    IPython registers each cell in ``linecache`` under a file name that does not
-    exist on disk and with no modification time.
-    """
-    sources, size = {}, 0
-    for filename, entry in list(linecache.cache.items()):
-        if len(entry) == 4 and entry[1] is None and not os.path.exists(filename):
-            size += entry[0]
-            if size > MAX_CELL_SOURCES:
-                break
-            sources[filename] = entry
-    return sources or None

@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import _cells
 from ._events import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
 from ._output import LineSplitter
 
@@ -176,7 +177,10 @@ class Supervisor:
             worker.outcome = pickle.loads(data)
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
-        if worker.outcome[0] != "raised":
+        if worker.outcome[0] == "raised":  # frames of notebook cells read "Cell In[5], line 3"
+            kind, exc_type, message, text, pickled = worker.outcome
+            worker.outcome = (kind, exc_type, message, _cells.label_cells(text), pickled)
+        else:
             try:  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
                 worker.result_pipe.send_bytes(b"")
             except OSError:

@@ -11,7 +11,6 @@ nothing was killed or called ``sys.exit``; its exit code tells the rest.
 
 from __future__ import annotations
 
-import linecache
 import sys
 import traceback
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ class Job:
     stderr: Optional[Connection]
     parent_pid: int
     direct_child: bool  # False under forkserver, whose children are the server's
-    cell_sources: Optional[Dict[str, Any]] = None  # linecache entries of notebook cells
 
 
 def run(job: Job) -> None:
@@ -48,9 +46,6 @@ def run(job: Job) -> None:
         redirect_std_fds(job.stdout.fileno(), job.stderr.fileno())
         job.stdout.close()
         job.stderr.close()
-    if job.cell_sources:
-        for filename, entry in job.cell_sources.items():
-            linecache.cache.setdefault(filename, entry)
     try:
         failed, message = _call(job)
     finally:
