@@ -51,7 +51,7 @@ def test_ctrl_c_on_the_process_group(method):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode != 0
-    assert "parent interrupted; children: 0" in out
+    assert "parent interrupted; children: 0" in out, (out, err)
     assert err.count("Traceback") == 1 and err.rstrip().endswith("KeyboardInterrupt")
     assert "[0]" not in err and "[3]" not in err  # nothing from the workers
     assert [pid for pid in pids if psutil.pid_exists(pid)] == []
