@@ -27,6 +27,7 @@ from ._output import StreamPrinter
 from ._spawn_args import check_arguments
 from ._supervisor import Supervisor, Worker
 from ._worker import Job, run
+from .widgets import make_dashboard
 
 __all__ = ["spawn", "start_processes", "ProcessContext", "run_sink_factories"]
 
@@ -145,7 +146,8 @@ def _error_for(worker: Worker) -> ProcessException:
 
 def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
                     daemon: bool = False, start_method: Optional[str] = None, *, output: str = "prefix",
-                    grace_period: float = DEFAULT_GRACE_PERIOD, sinks: Sequence[EventSink] = ()) -> Any:
+                    grace_period: float = DEFAULT_GRACE_PERIOD, dashboard: Any = None,
+                    sinks: Sequence[EventSink] = ()) -> Any:
     """Run ``fn(i, *args)`` in ``nprocs`` processes, ``i`` = 0..nprocs-1.
 
     With ``join=True`` (default) wait and return the return values ordered by
@@ -153,6 +155,9 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     None means nbmp's default (fork first). ``output`` is ``"prefix"`` (workers'
     lines printed as ``[i] line``), ``"raw"``, ``"none"`` or ``"inherit"``.
     ``grace_period``: seconds between SIGTERM and SIGKILL when stopping workers.
+    ``dashboard``: the live view of the run (see docs/dashboard.md): None (the
+    default set by ``nbmp.set_dashboard``, else a widget in a notebook and text
+    elsewhere), True, False, ``"widget"``, ``"text"`` or ``"off"``.
     ``sinks`` (advanced): objects with ``handle(event)`` that get the run's events.
 
     Example::
@@ -161,15 +166,21 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         [10, 11, 12]
     """
     ctx, args, nprocs = check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
+    stop = _StopButton(grace_period)
+    board = make_dashboard(dashboard, stop=stop)  # validates ``dashboard`` before anything starts
     run_id = new_run_id()
-    events = _broadcast(output, sinks)
+    events = _broadcast(output, [*sinks, board])
     started = RunStarted(run_id, _name_of(fn), ctx.get_start_method(), nprocs)
     for factory in run_sink_factories:
         sink = factory(started)
         if sink is not None:
             events.sinks.append(sink)
     events.handle(started)
-    workers = _start_workers(ctx, fn, args, nprocs, daemon, output, run_id, events)
+    try:
+        workers = _start_workers(ctx, fn, args, nprocs, daemon, output, run_id, events)
+    except BaseException:
+        board.close()
+        raise
     try:
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
         supervisor = Supervisor(run_id, workers, events, flush, grace_period)
@@ -178,6 +189,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         _abandon(workers)
         raise
     process_context = ProcessContext([w.process for w in workers], supervisor)
+    stop.supervisor = supervisor
     if not join:
         return process_context
     try:
@@ -195,7 +207,7 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
 
     The same as :func:`start_processes` (torch's ``spawn`` forces the spawn start
     method; nbmp's uses nbmp's default, fork first, unless ``start_method`` says
-    otherwise). Keyword-only options: ``output``, ``grace_period``, ``sinks``.
+    otherwise). Keyword-only options: ``output``, ``grace_period``, ``dashboard``, ``sinks``.
 
     Example::
 
@@ -203,6 +215,18 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
         [0, 1, 4, 9]
     """
     return start_processes(fn, args, nprocs, join, daemon, start_method, **options)
+
+
+class _StopButton:
+    """The dashboard's Stop button: stops the run's workers once they exist."""
+
+    def __init__(self, grace_period: float) -> None:
+        self.grace_period = grace_period
+        self.supervisor: Optional[Supervisor] = None
+
+    def __call__(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop(self.grace_period)
 
 
 def _no_flush() -> None:

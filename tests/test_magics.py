@@ -74,3 +74,14 @@ def test_spawn_error_shows_the_cells_source_line(nb, method):
     assert "-- Process 0 terminated with the following error:" in text
     assert "# visible source line" in text
     assert "Cell In[" in text
+
+
+def test_spawn_in_a_kernel_shows_a_live_dashboard(nb):
+    cell = nb.run("import time\nnbmp.spawn(lambda i: time.sleep(2) or i, nprocs=2)")
+    cell.raise_for_error()
+    assert cell.result == "[0, 1]"
+    kinds = [m["msg_type"] for m in cell.messages]
+    assert "comm_open" in kinds
+    assert kinds.count("comm_msg") >= 3, kinds  # updated while the workers ran
+    threads = nb.run("import threading\n[t.name for t in threading.enumerate() if 'nbmp' in t.name]")
+    assert threads.result == "[]"

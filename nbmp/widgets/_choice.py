@@ -75,7 +75,19 @@ def resolve_frontend(choice: Choice) -> str:
     if wanted == "widget" and not _widgets_importable():
         raise ImportError("dashboard='widget' needs ipywidgets: pip install 'nbmp[notebook]' "
                           "(or pass dashboard='text')")
-    return "widget" if _in_kernel() and _widgets_importable() and not _in_worker() else "text"
+    if _in_kernel() and _widgets_importable() and not _in_worker():
+        return "widget"
+    if wanted == "auto" and not _stderr_is_terminal():
+        return "off"  # piped or logged output (CI, cron): no status lines mixed into it
+    return "text"
+
+
+def _stderr_is_terminal() -> bool:
+    isatty = getattr(sys.stderr, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except ValueError:  # a closed stream
+        return False
 
 
 def _in_kernel() -> bool:
