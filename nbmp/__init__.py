@@ -17,6 +17,8 @@ Example::
 import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
+from ._doctor import ForkReport, doctor
+from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from ._pickling import PicklingError
 
 __version__ = "0.1.0"
@@ -26,4 +28,5 @@ for _name in _multiprocessing.__all__:
     globals()[_name] = getattr(_default_context, _name)
 del _name
 
-__all__ = [*_multiprocessing.__all__, "PicklingError"]
+__all__ = [*_multiprocessing.__all__, "PicklingError", "register_fork_handler", "seed", "set_worker_threads",
+           "doctor", "ForkReport", "ForkSafetyWarning"]
