@@ -448,3 +448,17 @@ def test_notebook_user_sees_no_noise_from_the_kernels_threads_and_one_warning_fo
                       "stop.set()")
     cell.raise_for_error()
     assert cell.stderr.count("ForkSafetyWarning") == 1 and "my-poller" in cell.stderr, cell.stderr
+
+
+@pytest.mark.kernel
+@pytest.mark.timeout(300)
+def test_fork_safety_notebook_shows_its_results():
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    import run_notebook
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = "".join(run_notebook.cell_texts(run_notebook.execute(os.path.join(root, "notebooks", "fork_safety.ipynb"))))
+    assert "distinct across workers: True" in text and "reproducible after nbmp.seed(1234): True" in text
+    assert "spawn matches fork: True" in text
+    if HAVE_TORCH:
+        assert "exit codes [0, 0]" in text

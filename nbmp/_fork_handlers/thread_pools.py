@@ -11,7 +11,8 @@ from a parent with libgomp loaded get one OpenMP thread whatever the budget.
 from __future__ import annotations
 
 import os
-from typing import Optional
+import sys
+from typing import Any, Optional
 
 from ._base import ForkHandler, Worker
 
@@ -19,6 +20,16 @@ _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 _gomp_seen = False
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
+_controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork
+_controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
+
+
+def _threadpool_controller() -> Any:
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # the nbmp[fork-safety] extra is not installed: env variables only
+        return None
+    return ThreadpoolController()
 
 
 def gnu_openmp_loaded() -> bool:
@@ -61,12 +72,14 @@ class NativePools(ForkHandler):
         return None
 
     def before(self) -> None:
-        global _gomp_at_fork
+        global _gomp_at_fork, _controller, _controller_key
         _gomp_at_fork = gnu_openmp_loaded()
+        # Scanning the loaded libraries costs milliseconds: done here, and again only after
+        # imports, so a loop of forks scans once; a forked child inherits the result.
+        if _controller_key != len(sys.modules):
+            _controller, _controller_key = _threadpool_controller(), len(sys.modules)
 
     def in_child(self, worker: Worker) -> None:
-        try:
-            from threadpoolctl import threadpool_limits
-        except ImportError:  # the nbmp[fork-safety] extra is not installed: env variables only
-            return
-        threadpool_limits(limits={"blas": worker.threads, "openmp": openmp_threads(worker)})
+        controller = _controller if worker.forked and _controller is not None else _threadpool_controller()
+        if controller is not None:
+            controller.limit(limits={"blas": worker.threads, "openmp": openmp_threads(worker)})

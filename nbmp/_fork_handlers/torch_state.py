@@ -18,4 +18,7 @@ class Torch(ForkHandler):
         torch = sys.modules["torch"]
         # With GNU OpenMP, a forked child's first parallel op hangs unless this comes first.
         torch.set_num_threads(openmp_threads(worker))
-        torch.manual_seed(worker.seed)
+        # torch.manual_seed also probes every accelerator backend: milliseconds per worker.
+        torch.default_generator.manual_seed(worker.seed)
+        if torch.backends.cuda.is_built():  # CUDA generators are seeded lazily, at first CUDA use
+            torch.cuda.manual_seed_all(worker.seed)
