@@ -201,6 +201,10 @@ class _UserHandler(ForkHandler):
         if self.callbacks[point] is not None:
             self.callbacks[point]()  # type: ignore[misc]
 
+    def __repr__(self) -> str:
+        names = ("before", "after_in_parent", "after_in_child")
+        return "<fork handler " + ", ".join(f"{n}={fn!r}" for n, fn in zip(names, self.callbacks) if fn) + ">"
+
 
 class ForkHandle:
     """What :func:`register_fork_handler` returns: ``remove()`` unregisters the handler
