@@ -22,7 +22,14 @@ __all__ = ["ForkReport", "doctor"]
 
 @dataclass
 class ForkReport:
-    """The hazards of forking now, and the facts behind them (see ``nbmp.doctor``)."""
+    """The hazards of forking now, and the facts behind them (see ``nbmp.doctor``).
+
+    Example::
+
+        >>> report = nbmp.doctor()
+        >>> [t.name for t in report.threads if t.kind == "user"], report.shm_free
+        ([], 25273389056)
+    """
 
     hazards: List[str]
     threads: List[_fork_threads.ThreadInfo]
