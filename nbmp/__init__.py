@@ -18,6 +18,8 @@ import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
 from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
+from ._doctor import ForkReport, doctor
+from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from ._pickling import PicklingError
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, spawn, start_processes
@@ -35,6 +37,7 @@ __all__ = [
     "spawn", "start_processes", "ProcessContext",
     "ProcessException", "ProcessRaisedException", "ProcessExitedException",
     "Dashboard", "set_dashboard",
+    "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
 ]
 
 

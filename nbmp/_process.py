@@ -7,15 +7,20 @@ process objects reduce themselves through nbmp's pickler instead, so lambdas,
 closures and cell-defined targets -- and ``Process`` subclasses defined in a
 cell -- start under every method, and the notebook's cell sources go along so
 that the child's tracebacks show them. Under fork nothing is pickled.
+
+Also: ``start`` records the fork-safety settings the child needs (base seed, thread
+budget, start order) in ``vars(self)``, and ``_bootstrap`` makes every child's first
+step ``nbmp._forking.child_started`` (reseeding, thread caps, CUDA reset); fork
+children are started by ``nbmp._popen_fork.Popen``, which runs nbmp's fork handlers.
 """
 
 from __future__ import annotations
 
 import sys
 from multiprocessing import process
-from typing import Any, Callable, Tuple
+from typing import Any, Callable, Optional, Tuple
 
-from . import _cells, _pickling
+from . import _cells, _forking, _pickling
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
 
@@ -29,6 +34,15 @@ def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
 
 
 class _NbmpProcess(process.BaseProcess):
+    def start(self) -> None:
+        """Start the child; it applies nbmp's fork-safety settings of this moment."""
+        _forking.stamp(self)
+        super().start()
+
+    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:  # type: ignore[override]
+        _forking.start_child(self)  # reports its handlers' errors itself; never raises
+        return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]
+
     def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]
                  f"the {type(self).__qualname__} object": self}
@@ -44,7 +58,7 @@ class ForkProcess(_NbmpProcess):
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
-        from multiprocessing.popen_fork import Popen
+        from ._popen_fork import Popen
         return Popen(process_obj)
 
 

@@ -9,6 +9,10 @@ What differs from ``multiprocessing.queues``:
   does, but the object is wrapped so that the feeder's ``ForkingPickler`` hands
   it to nbmp's pickler. The receiving side is untouched: nbmp's pickles load
   with plain pickle.
+
+Both pickle inside ``_PICKLING``, a :class:`~nbmp._forking.ForkLock`: the Queue
+feeder thread and a Pool's task-handler thread pickle in the background, and a
+child forked mid-pickle would inherit cloudpickle's internal locks held.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from __future__ import annotations
 from multiprocessing import queues
 from typing import Any, Optional, Tuple
 
-from . import _connection, _pickling
+from . import _connection, _forking, _pickling
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
+
+_PICKLING = _forking.ForkLock("queue pickling")
 
 
 class _ByNbmp:
@@ -30,7 +36,8 @@ class _ByNbmp:
         self.obj = obj
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        data = _pickling.dumps_explained(self.obj, {"the object put": self.obj}, "put it on a Queue")
+        with _PICKLING:  # runs in the stdlib's feeder thread
+            data = _pickling.dumps_explained(self.obj, {"the object put": self.obj}, "put it on a Queue")
         return _pickling.loads, (data,)
 
 
@@ -60,7 +67,8 @@ class SimpleQueue(queues.SimpleQueue):
 
     def put(self, obj: Any) -> None:
         """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle)."""
-        data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a SimpleQueue")
+        with _PICKLING:  # a Pool's task-handler thread puts here
+            data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a SimpleQueue")
         if self._wlock is None:
             self._writer.send_bytes(data)
         else:

@@ -1,5 +1,5 @@
 """Fixtures every test gets: a per-start-method parameter, and a guard that fails a
-test which leaves child processes or /dev/shm entries behind."""
+test which leaves child processes, /dev/shm entries or fork handlers behind."""
 
 from __future__ import annotations
 
@@ -70,9 +70,13 @@ def _held_outside_our_tree(names: Set[str]) -> Set[str]:
 
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail the test if it leaves processes or shared-memory entries behind."""
+    """Fail the test if it leaves processes, shared-memory entries or fork handlers behind."""
     children_before, shm_before = child_pids(), shm_entries()
+    handlers_before = nbmp._forking.user_handlers()
     yield
+    handlers_left = [h for h in nbmp._forking.user_handlers() if h not in handlers_before]
+    for handler in handlers_left:
+        nbmp._forking._user_handlers.remove(handler)
     deadline = time.monotonic() + 10
     while True:
         multiprocessing.active_children()  # reap finished stdlib/nbmp children
@@ -89,6 +93,7 @@ def no_leaks() -> Iterator[None]:
             pass
     assert not leaked, f"test left child processes running: {sorted(leaked)}"
     assert not new_shm, f"test left entries in /dev/shm: {sorted(new_shm)}"
+    assert not handlers_left, f"test left fork handlers registered (call .remove() on the handle): {handlers_left}"
 
 
 @pytest.fixture(params=START_METHODS)

@@ -1,0 +1,64 @@
+"""The shape of a fork handler: a tiny base class, one short subclass per framework.
+
+A handler says what to do at the three points of an nbmp fork -- ``before`` (in
+the parent, just before ``os.fork()``; run in reverse registration order),
+``after_in_parent`` -- and in every nbmp child under every start method
+(``in_child``, with the child's :class:`Worker`). It applies only while its
+framework is already in ``sys.modules``: nbmp never imports a framework to reset it.
+``hazard`` names a danger of forking now (shown once as a ``ForkSafetyWarning``
+before nbmp's fork, and listed by ``nbmp.doctor()``).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import ClassVar, Optional, Tuple
+
+__all__ = ["ForkHandler", "ForkSafetyWarning", "Worker"]
+
+
+class ForkSafetyWarning(RuntimeWarning):
+    """A hazard of forking this process now, and how to avoid it.
+
+    Example::
+
+        >>> import warnings
+        >>> warnings.simplefilter("error", nbmp.ForkSafetyWarning)  # make hazards fatal
+    """
+
+
+@dataclass(frozen=True)
+class Worker:
+    """What a child knows about itself when its handlers run."""
+
+    index: int          # 0-based rank in its run
+    nprocs: int         # size of its run (0 when unknown)
+    seed: int           # this worker's seed, derived from (base seed, index)
+    threads: int        # its thread budget for BLAS/OpenMP/torch pools
+    explicit_threads: bool  # the budget came from set_worker_threads / NBMP_WORKER_THREADS
+    forked: bool        # forked directly by nbmp (its parent ran the before handlers)
+
+
+class ForkHandler:
+    """Base class: override the points that matter for one framework."""
+
+    modules: ClassVar[Tuple[str, ...]] = ()  # applies while any of these is imported; () = always
+
+    def applies(self) -> bool:
+        return not self.modules or any(name in sys.modules for name in self.modules)
+
+    def hazard(self) -> Optional[str]:
+        return None
+
+    def before(self) -> None:
+        pass
+
+    def after_in_parent(self) -> None:
+        pass
+
+    def in_child(self, worker: Worker) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<fork handler {type(self).__name__}>"

@@ -1,0 +1,17 @@
+"""NumPy's global (legacy) generator: fork copies it, so every worker would draw the
+same "random" numbers; nbmp seeds it per worker. ``default_rng()`` needs nothing."""
+
+from __future__ import annotations
+
+import sys
+
+from ._base import ForkHandler, Worker
+
+
+class NumpyRandom(ForkHandler):
+    """``numpy.random``'s global generator, seeded per worker."""
+
+    modules = ("numpy",)
+
+    def in_child(self, worker: Worker) -> None:
+        sys.modules["numpy"].random.seed(worker.seed % 2**32)  # the legacy seed is 32-bit

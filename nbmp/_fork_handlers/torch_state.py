@@ -1,0 +1,24 @@
+"""torch: intra-op threads set in the child before any parallel op, and the default
+generator reseeded (under spawn every worker would start from torch's fixed seed)."""
+
+from __future__ import annotations
+
+import sys
+
+from ._base import ForkHandler, Worker
+from .thread_pools import openmp_threads
+
+
+class Torch(ForkHandler):
+    """torch's intra-op thread count and default generator, per worker."""
+
+    modules = ("torch",)
+
+    def in_child(self, worker: Worker) -> None:
+        torch = sys.modules["torch"]
+        # With GNU OpenMP, a forked child's first parallel op hangs unless this comes first.
+        torch.set_num_threads(openmp_threads(worker))
+        # torch.manual_seed also probes every accelerator backend: milliseconds per worker.
+        torch.default_generator.manual_seed(worker.seed)
+        if torch.backends.cuda.is_built():  # CUDA generators are seeded lazily, at first CUDA use
+            torch.cuda.manual_seed_all(worker.seed)

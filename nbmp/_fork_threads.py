@@ -1,0 +1,79 @@
+"""Which threads are alive at a fork, and which of them are a hazard.
+
+A thread is classified by where its code lives (its target's module, else its
+class's module): nbmp's own threads quiesce through ``nbmp._forking.ForkLock``;
+the kernel's (ipykernel, IPython, zmq, tornado, ...) and the standard library's
+multiprocessing helpers (queue feeders, Pool handlers) are idle or fork-aware;
+anything else alive besides the main thread is a user thread that may hold a lock
+across the fork -- the real hazard CPython 3.12+'s generic DeprecationWarning is
+about.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass
+from typing import List
+
+__all__ = ["ThreadInfo", "python_threads", "native_threads", "user_threads"]
+
+_KERNEL = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
+           "_pydevd", "pydevd")
+_LIBRARY = ("multiprocessing", "tqdm", "_pytest", "pytest_timeout", "concurrent.futures.process")
+
+
+@dataclass(frozen=True)
+class ThreadInfo:
+    """One live thread: ``kind`` is forking, main, nbmp, kernel, library, user or native."""
+
+    name: str
+    daemon: bool
+    kind: str
+
+
+def _origin(thread: threading.Thread) -> str:
+    target = getattr(thread, "_target", None)
+    return getattr(target, "__module__", None) or type(thread).__module__ or ""
+
+
+def _kind(thread: threading.Thread) -> str:
+    if thread is threading.current_thread():
+        return "forking"
+    if thread is threading.main_thread():
+        return "main"
+    origin = _origin(thread)
+    for kind, prefixes in (("nbmp", ("nbmp",)), ("kernel", _KERNEL), ("library", _LIBRARY)):
+        if any(origin == p or origin.startswith(p + ".") for p in prefixes):
+            return kind
+    return "user"
+
+
+def python_threads() -> List[ThreadInfo]:
+    """Every live ``threading`` thread, classified."""
+    return [ThreadInfo(t.name, t.daemon, _kind(t)) for t in threading.enumerate()]
+
+
+def native_threads() -> List[ThreadInfo]:
+    """OS threads that ``threading`` does not know (BLAS/OpenMP pools, zmq I/O), by OS name (Linux)."""
+    known = {getattr(t, "native_id", None) for t in threading.enumerate()}
+    found = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tids:
+        if int(tid) in known:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue  # exited meanwhile
+        found.append(ThreadInfo(name, True, "kernel" if name.startswith("ZMQbg") else "native"))
+    return found
+
+
+def user_threads() -> List[ThreadInfo]:
+    """Live Python threads that belong to neither nbmp, the kernel nor a fork-aware library."""
+    return [t for t in python_threads() if t.kind == "user"]

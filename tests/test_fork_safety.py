@@ -1,0 +1,464 @@
+"""Fork safety (API.md section 5): handlers and their order, per-worker seeds, thread caps,
+torch after fork, CUDA/JAX stand-ins, nbmp's own threads quiesced, doctor()."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import nbmp
+from conftest import TIMEOUT
+from helpers import run_main
+
+# torch is checked in fresh interpreters (importing it in every spawned test worker is slow).
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="needs torch")
+
+
+@pytest.fixture(autouse=True)
+def default_settings():
+    yield
+    nbmp.seed(None)
+    nbmp.set_worker_threads(None)
+
+
+def run_workers(ctx, target, n, *, ranked=True):
+    """Start ``n`` processes of ``ctx`` running ``target(q, k)``; return their puts ordered by k."""
+    q = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(q, k)) for k in range(n)]
+    for k, p in enumerate(procs):
+        if ranked:  # what spawn() and Pool set (tests/interfaces)
+            p._nbmp_index, p._nbmp_nprocs = k, n
+        p.start()
+    out = dict(q.get(timeout=TIMEOUT) for _ in procs)
+    for p in procs:
+        p.join(TIMEOUT)
+        assert p.exitcode == 0
+    q.close()
+    q.join_thread()
+    return [out[k] for k in range(n)]
+
+
+# -- seeds ------------------------------------------------------------------------
+
+
+def draw(q, k):
+    q.put((k, [random.random(), float(np.random.rand())]))
+
+
+def test_draws_are_distinct_and_reproducible_after_seed(ctx):
+    nbmp.seed(1234)
+    first = run_workers(ctx, draw, 3)
+    nbmp.seed(1234)
+    again = run_workers(ctx, draw, 3)
+    nbmp.seed(99)
+    other = run_workers(ctx, draw, 3)
+    assert first == again
+    assert other != first
+    for column in zip(*first):  # each generator: no two workers draw the same number
+        assert len(set(column)) == 3
+
+
+def test_draws_are_distinct_without_a_seed(ctx):
+    rows = run_workers(ctx, draw, 3, ranked=False)
+    for column in zip(*rows):
+        assert len(set(column)) == 3
+
+
+def test_unranked_processes_are_reproducible_by_start_order(ctx):
+    nbmp.seed(5)
+    first = run_workers(ctx, draw, 2, ranked=False)
+    nbmp.seed(5)
+    assert run_workers(ctx, draw, 2, ranked=False) == first
+
+
+def test_seed_rejects_non_integers():
+    with pytest.raises(TypeError, match="nbmp.seed"):
+        nbmp.seed(1.5)
+
+
+# -- thread caps --------------------------------------------------------------------
+
+
+def report_threads(q, k):
+    from threadpoolctl import threadpool_info
+    pools = {info["internal_api"]: info["num_threads"] for info in threadpool_info()}
+    pools["env"] = int(os.environ["OMP_NUM_THREADS"])
+    q.put((k, pools))
+
+
+def test_workers_times_threads_fit_the_cores(ctx):
+    pytest.importorskip("threadpoolctl")
+    cores = len(os.sched_getaffinity(0))
+    for pools in run_workers(ctx, report_threads, 2):
+        assert pools and all(2 * n <= max(cores, 2) for n in pools.values()), pools
+        assert pools["env"] == max(1, cores // 2)
+
+
+def test_worker_threads_setting_is_seen_inside_workers(ctx):
+    pytest.importorskip("threadpoolctl")
+    nbmp.set_worker_threads(2)
+    for pools in run_workers(ctx, report_threads, 2):
+        assert pools["openblas"] == 2 and pools["env"] == 2
+
+
+def test_worker_threads_from_the_environment(ctx, monkeypatch):
+    monkeypatch.setenv("NBMP_WORKER_THREADS", "3")
+    assert [p["env"] for p in run_workers(ctx, report_threads, 1)] == [3]
+
+
+def test_set_worker_threads_rejects_bad_values():
+    for bad in (0, -1, 1.5, "2", True):
+        with pytest.raises(ValueError, match="set_worker_threads"):
+            nbmp.set_worker_threads(bad)
+
+
+TORCH_IN_WORKERS = """
+import nbmp
+def work(q, k):
+    import torch                       # imported late: nbmp resets it the moment it appears
+    q.put((k, (float(torch.rand(1)), torch.get_num_threads())))
+def run(threads):
+    nbmp.seed(7)
+    nbmp.set_worker_threads(threads)
+    ctx = nbmp.get_context({method!r})
+    q = ctx.Queue()
+    ps = [ctx.Process(target=work, args=(q, k)) for k in range(2)]
+    for k, p in enumerate(ps):
+        p._nbmp_index, p._nbmp_nprocs = k, 2
+        p.start()
+    out = dict(q.get(timeout=60) for _ in ps)
+    for p in ps: p.join(60)
+    return [out[0], out[1]]
+first, again, two = run(None), run(None), run(2)
+print(first == again, first[0][0] != first[1][0], [t for _, t in first], [t for _, t in two])
+"""
+
+
+@needs_torch
+def test_torch_generator_and_threads_in_workers(start_method):
+    out = run_main(TORCH_IN_WORKERS.format(method=start_method), timeout=100).strip()
+    cores = len(os.sched_getaffinity(0))
+    auto = max(1, cores // 2)
+    # The default generator: reproducible and distinct. Intra-op threads: cores // workers, or the setting.
+    assert out == f"True True [{auto}, {auto}] [2, 2]"
+
+
+# -- the torch case: fork after compute ---------------------------------------------
+
+TORCH_AFTER_COMPUTE = """
+import nbmp, torch
+torch.set_num_threads(2)
+a = torch.randn(600, 600)
+(a @ a).sum()                      # the parent's OpenMP team is now running
+ctx = nbmp.get_context({method!r})
+q = ctx.Queue()
+def child(q):
+    b = torch.randn(600, 600)
+    q.put(torch.get_num_threads())  # the matmul hangs forever with plain multiprocessing under fork
+    q.put(float((b @ b).sum()))
+for threads in (None, 2):           # by default, and even when 2 threads per worker are asked for
+    nbmp.set_worker_threads(threads)
+    ps = [ctx.Process(target=child, args=(q,)) for _ in range(2)]
+    for p in ps: p.start()
+    out = [q.get(timeout=60) for _ in range(4)]
+    for p in ps: p.join(60)
+    print(sorted(out[i] for i in range(4) if isinstance(out[i], int)), [p.exitcode for p in ps])
+"""
+
+
+@needs_torch
+def test_torch_matmul_after_a_parallel_matmul_in_the_parent_finishes(start_method):
+    out = run_main(TORCH_AFTER_COMPUTE.format(method=start_method), timeout=100)
+    # Under fork GNU OpenMP allows a forked child one thread only; fresh interpreters get 2.
+    asked = 1 if start_method == "fork" else 2
+    assert out.split("\n")[:2] == ["[1, 1] [0, 0]", f"[{asked}, {asked}] [0, 0]"]
+
+
+# -- stress: many forks while the parent is busy --------------------------------------
+
+STRESS = """
+import logging, threading, warnings, numpy as np, nbmp
+warnings.simplefilter("always")
+logging.basicConfig(level=logging.INFO, filename="/dev/null")
+log = logging.getLogger("churn")
+try:
+    import torch
+    torch.set_num_threads(2)
+    t = torch.randn(300, 300); (t @ t).sum()
+except ImportError:
+    torch = None
+m = np.random.rand(300, 300); m @ m                 # OpenBLAS pool started
+lock, stop = threading.Lock(), threading.Event()
+def churn():
+    while not stop.is_set():
+        with lock:
+            log.info("churning %s", 1)
+threading.Thread(target=churn, name="churner", daemon=True).start()
+q = nbmp.Queue()
+def child(q, k):
+    logging.getLogger("churn").info("child %d", k)
+    x = np.random.rand(100, 100); x @ x
+    if torch is not None:
+        y = torch.randn(100, 100); (y @ y).sum()
+    q.put(lambda: k)                                  # nbmp pickling in the feeder thread
+with warnings.catch_warnings(record=True) as caught:
+    for k in range(200):
+        p = nbmp.get_context("fork").Process(target=child, args=(q, k))
+        p.start()
+        assert q.get(timeout=30)() == k
+        p.join(30)
+        assert p.exitcode == 0, (k, p.exitcode)
+stop.set()
+print(sorted({w.category.__name__ for w in caught}), sum("churner" in str(w.message) for w in caught))
+"""
+
+
+def test_two_hundred_forks_while_a_thread_churns_locks_and_logging():
+    out = run_main(STRESS, timeout=110)
+    # Zero hangs, no generic DeprecationWarning, one warning naming the real hazard.
+    assert out.strip() == "['ForkSafetyWarning'] 1"
+
+
+# -- handlers ---------------------------------------------------------------------------
+
+calls: list = []
+
+
+def report_calls(q, k):
+    q.put((k, list(calls)))
+
+
+def test_handlers_run_in_os_register_at_fork_order(ctx, start_method):
+    calls.clear()
+    handles = [nbmp.register_fork_handler(before=lambda i=i: calls.append(f"before{i}"),
+                                          after_in_parent=lambda i=i: calls.append(f"parent{i}"),
+                                          after_in_child=lambda i=i: calls.append(f"child{i}"))
+               for i in (1, 2, 3)]
+    try:
+        in_child = run_workers(ctx, report_calls, 1)[0]
+    finally:
+        for handle in handles:
+            handle.remove()
+    if start_method == "fork":
+        assert calls == ["before3", "before2", "before1", "parent1", "parent2", "parent3"]
+        assert in_child == ["before3", "before2", "before1", "child1", "child2", "child3"]
+    else:  # no fork of this process: nothing to run (as with os.register_at_fork)
+        assert calls == [] and in_child == []
+
+
+def test_plain_multiprocessing_does_not_run_nbmp_handlers():
+    import multiprocessing
+    calls.clear()
+    with nbmp.register_fork_handler(before=lambda: calls.append("before")):
+        p = multiprocessing.get_context("fork").Process(target=int)
+        p.start()
+        p.join(TIMEOUT)
+    assert calls == []
+
+
+def test_a_failing_handler_is_reported_and_the_fork_goes_on(capfd):
+    def boom():
+        raise RuntimeError("handler bug")
+    with nbmp.register_fork_handler(before=boom):
+        p = nbmp.get_context("fork").Process(target=int)
+        p.start()
+        p.join(TIMEOUT)
+    assert p.exitcode == 0
+    assert "handler bug" in capfd.readouterr().err
+
+
+def test_register_fork_handler_rejects_bad_input():
+    with pytest.raises(TypeError, match="after_in_child"):
+        nbmp.register_fork_handler(after_in_child="not callable")
+    with pytest.raises(TypeError, match="at least one"):
+        nbmp.register_fork_handler()
+
+
+# -- nbmp's own threads -------------------------------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore::nbmp.ForkSafetyWarning")  # the stand-in thread lives in this test module
+def test_nbmp_threads_are_at_a_safe_point_at_every_fork():
+    lock = nbmp._forking.ForkLock("test worker")
+    state = {"mid_update": False, "stop": False}
+
+    def busy():  # an nbmp background thread: work inside its ForkLock, never blocking there
+        while not state["stop"]:
+            with lock:
+                state["mid_update"] = True
+                sum(range(200))
+                state["mid_update"] = False
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    q = nbmp.SimpleQueue()
+
+    def child():
+        with lock:  # a fresh lock: never inherited held
+            q.put(state["mid_update"])
+
+    try:
+        for _ in range(20):
+            p = nbmp.get_context("fork").Process(target=child)
+            p.start()
+            assert q.get() is False
+            p.join(TIMEOUT)
+    finally:
+        state["stop"] = True
+        thread.join(TIMEOUT)
+
+
+@pytest.mark.filterwarnings("ignore:forking while user threads:nbmp.ForkSafetyWarning")
+def test_a_thread_stuck_in_its_fork_lock_is_reported_not_waited_for(monkeypatch):
+    lock = nbmp._forking.ForkLock("stuck relay")
+    monkeypatch.setattr(nbmp._forking.ForkLock, "HOLD_TIMEOUT", 0.2)
+    release = threading.Event()
+    holder = threading.Thread(target=lambda: (lock.__enter__(), release.wait(TIMEOUT), lock.__exit__()))
+    holder.start()
+    time.sleep(0.1)
+    try:
+        with pytest.warns(nbmp.ForkSafetyWarning, match="stuck relay"):
+            p = nbmp.get_context("fork").Process(target=int)
+            p.start()
+        p.join(TIMEOUT)
+        assert p.exitcode == 0
+    finally:
+        release.set()
+        holder.join(TIMEOUT)
+
+
+# -- CUDA and JAX (stand-ins: no GPU, no JAX here) -------------------------------------------
+
+CUDA_STAND_IN = """
+import warnings, nbmp, torch
+torch.cuda.is_initialized = lambda: True   # stand-in: this process "initialised CUDA"
+torch.set_default_device("meta")           # stand-in for a CUDA default device
+q = nbmp.Queue()
+def child(q):
+    q.put(torch.empty(1).device.type)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    ps = [nbmp.Process(target=child, args=(q,)) for _ in range(2)]
+    for p in ps: p.start()
+    print(sorted(q.get(timeout=30) for _ in ps))
+    for p in ps: p.join(30)
+messages = [str(w.message) for w in caught if issubclass(w.category, nbmp.ForkSafetyWarning)]
+print(len(messages), "start_method='spawn'" in messages[0], "CUDA" in messages[0])
+"""
+
+
+@needs_torch
+def test_cuda_initialised_parent_gives_cpu_workers_and_one_warning():
+    assert run_main(CUDA_STAND_IN).split("\n")[:2] == ["['cpu', 'cpu']", "1 True True"]
+
+
+JAX_STAND_IN = """
+import sys, types, warnings, nbmp
+jax, bridge = types.ModuleType("jax"), types.ModuleType("jax._src.xla_bridge")
+bridge._backends = {"cpu": object()}       # stand-in: JAX's backends are initialised
+sys.modules.update({"jax": jax, "jax._src.xla_bridge": bridge})
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for _ in range(2):
+        p = nbmp.Process(target=int); p.start(); p.join(30)
+messages = [str(w.message) for w in caught if issubclass(w.category, nbmp.ForkSafetyWarning)]
+print(len(messages), "JAX" in messages[0], "start_method='spawn'" in messages[0])
+"""
+
+
+def test_jax_initialised_parent_gets_one_warning_with_the_fix():
+    assert run_main(JAX_STAND_IN).strip() == "1 True True"
+
+
+# -- the 3.12+ DeprecationWarning -------------------------------------------------------------
+
+THREADED_FORK = """
+import multiprocessing, threading, warnings, numpy as np, nbmp
+warnings.simplefilter("always")
+m = np.random.rand(300, 300); m @ m          # BLAS threads: the process is multi-threaded
+q = nbmp.Queue(); q.put(1); q.get()          # and a queue feeder thread
+def fork_with(make):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = make(target=int); p.start(); p.join(30)
+    return sorted(w.category.__name__ for w in caught)
+print(fork_with(nbmp.get_context("fork").Process))
+print(fork_with(multiprocessing.get_context("fork").Process))
+stop = threading.Event()
+threading.Thread(target=stop.wait, name="user-poller").start()
+print(fork_with(nbmp.get_context("fork").Process), fork_with(nbmp.get_context("fork").Process))
+stop.set()
+"""
+
+
+@pytest.mark.skipif(__import__("sys").version_info < (3, 12), reason="the fork DeprecationWarning is 3.12+")
+def test_generic_fork_warning_is_replaced_by_one_for_real_hazards():
+    nbmp_idle, stdlib, nbmp_user_thread = run_main(THREADED_FORK).strip().split("\n")
+    assert nbmp_idle == "[]"                       # nbmp's and idle library threads: no noise
+    assert stdlib == "['DeprecationWarning']"      # the standard module is untouched
+    assert nbmp_user_thread == "['ForkSafetyWarning'] []"  # a live user thread: warned once
+
+
+# -- doctor ---------------------------------------------------------------------------------
+
+
+def test_doctor_reports_threads_pools_shm_and_versions():
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, name="doctor-test-thread")
+    thread.start()
+    try:
+        report = nbmp.doctor()
+    finally:
+        stop.set()
+        thread.join(TIMEOUT)
+    kinds = {t.name: t.kind for t in report.threads}
+    assert kinds["doctor-test-thread"] == "user"
+    assert any("doctor-test-thread" in h for h in report.hazards)
+    assert report.start_method == nbmp.get_start_method()
+    assert report.shm_total and report.shm_free is not None
+    assert report.python.count(".") == 2 and report.cores >= 1
+    assert report.cuda_initialized in (None, False)
+    assert report.jax_initialized is None
+    text = str(report)
+    assert "doctor-test-thread" in text and "/dev/shm" in text and "hazard" in text
+    if __import__("importlib").util.find_spec("threadpoolctl"):
+        assert any(p["internal_api"] == "openblas" and p["num_threads"] >= 1 for p in report.threadpools)
+
+
+@pytest.mark.kernel
+def test_notebook_user_sees_no_noise_from_the_kernels_threads_and_one_warning_for_theirs(kernel):
+    cell = kernel.run("import nbmp, threading\n"
+                      "report = nbmp.doctor()\n"
+                      "p = nbmp.Process(target=print, args=('child ran',)); p.start(); p.join()\n"
+                      "report.hazards, report.ipykernel is not None")
+    cell.raise_for_error()
+    assert cell.result == "([], True)" and "Warning" not in cell.stderr
+    cell = kernel.run("stop = threading.Event()\n"
+                      "threading.Thread(target=stop.wait, name='my-poller').start()\n"
+                      "for _ in range(2):\n"
+                      "    p = nbmp.Process(target=int); p.start(); p.join()\n"
+                      "stop.set()")
+    cell.raise_for_error()
+    assert cell.stderr.count("ForkSafetyWarning") == 1 and "my-poller" in cell.stderr, cell.stderr
+
+
+@pytest.mark.kernel
+@pytest.mark.timeout(300)
+def test_fork_safety_notebook_shows_its_results():
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    import run_notebook
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = "".join(run_notebook.cell_texts(run_notebook.execute(os.path.join(root, "notebooks", "fork_safety.ipynb"))))
+    assert "distinct across workers: True" in text and "reproducible after nbmp.seed(1234): True" in text
+    assert "spawn matches fork: True" in text
+    if HAVE_TORCH:
+        assert "exit codes [0, 0]" in text
