@@ -18,6 +18,9 @@ import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
 from ._pickling import PicklingError
+from ._pool import parallel_map
+from ._pool_errors import RemoteTaskError, WorkerLostError
+from ._serial import ForkShared, SerialExecutor
 
 __version__ = "0.1.0"
 
@@ -26,4 +29,5 @@ for _name in _multiprocessing.__all__:
     globals()[_name] = getattr(_default_context, _name)
 del _name
 
-__all__ = [*_multiprocessing.__all__, "PicklingError"]
+__all__ = [*_multiprocessing.__all__, "PicklingError", "WorkerLostError", "RemoteTaskError", "parallel_map",
+           "SerialExecutor", "ForkShared"]

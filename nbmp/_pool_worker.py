@@ -1,0 +1,131 @@
+"""The loop a Pool worker runs: the stdlib's ``multiprocessing.pool.worker`` plus a slot.
+
+What differs from the stdlib's ``worker``:
+
+* Before each step the worker writes *what it is doing* into its **slot**, three
+  integers in shared memory that the parent reads once the worker is dead:
+  the job and task index it holds, and a phase (receiving a task, running it,
+  sending its result...). That is how the parent knows which task a dead worker
+  took with it, at the cost of three stores per task (no extra message).
+* SIGINT is ignored: the notebook's interrupt button signals the whole process
+  group, and the parent answers it by terminating the Pool -- workers neither
+  print a KeyboardInterrupt traceback each nor die holding a queue lock.
+* Exceptions cross with the worker's frames (see ``_pool_errors``); a task that
+  cannot be unpickled or an initializer that raises is reported to the parent
+  instead of killing the worker silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from multiprocessing import current_process
+from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]
+from typing import Any, Callable, Optional, Sequence
+
+from . import _pickling
+from ._pool_errors import wrap_task_exception
+
+__all__ = ["worker", "Notice", "IDLE", "INIT", "RECEIVING", "DECODING", "RUNNING", "SENDING",
+           "JOB", "INDEX", "PHASE"]
+
+# Slot layout: the job and task index the worker holds, and its phase.
+JOB, INDEX, PHASE = 0, 1, 2
+# Phases. A death in RUNNING loses exactly (job, index); in DECODING an unknown task;
+# in INIT the initializer failed; in RECEIVING/SENDING the worker may hold a queue lock.
+IDLE, INIT, RECEIVING, DECODING, RUNNING, SENDING = range(6)
+
+
+class Notice:
+    """A message on the result queue that is not a task's result (handled by the parent's reader)."""
+
+    __slots__ = ("kind", "job", "index", "payload")
+
+    def __init__(self, kind: str, job: int = -1, index: int = 0, payload: Any = None) -> None:
+        self.kind, self.job, self.index, self.payload = kind, job, index, payload
+
+    def __reduce__(self) -> Any:
+        return Notice, (self.kind, self.job, self.index, self.payload)
+
+
+def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
+           initargs: Sequence[Any] = (), maxtasks: Optional[int] = None, wrap_exception: bool = False,
+           slot: Any = None) -> None:
+    """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a kernel's handler must not survive the fork
+    inqueue._writer.close()
+    outqueue._reader.close()
+    me = current_process()
+    index, pid = getattr(me, "_nbmp_index", None), os.getpid()
+    send = _sender(outqueue, slot)
+    slot[PHASE] = INIT
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except Exception as exc:
+            send(Notice("init-failed", payload=wrap_task_exception(exc, index, pid)), ())
+            os._exit(1)  # the Pool is unusable: every replacement would fail the same way
+    slot[PHASE] = IDLE
+    receive = _receiver(inqueue, slot)
+    completed = 0
+    while maxtasks is None or completed < maxtasks:
+        task = receive(send, index, pid)
+        if task is None:
+            break
+        job, i, func, args, kwds = task
+        slot[JOB], slot[INDEX], slot[PHASE] = job, i, RUNNING
+        try:
+            result = (True, func(*args, **kwds))
+        except Exception as exc:
+            if wrap_exception and func is not _helper_reraises_exception:
+                exc = wrap_task_exception(exc, index, pid)  # type: ignore[assignment]
+            result = (False, exc)
+        send((job, i, result), result)
+        task = func = args = kwds = result = None  # type: ignore[assignment]
+        completed += 1
+    slot[PHASE] = IDLE
+
+
+def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
+    rlock, recv_bytes, loads = inqueue._rlock, inqueue._reader.recv_bytes, _pickling.loads
+
+    def receive(send: Callable[..., None], index: Optional[int], pid: int) -> Any:
+        """The next task, or None at the sentinel or EOF. Unreadable tasks are reported and skipped."""
+        while True:
+            with rlock:
+                slot[PHASE] = RECEIVING
+                try:
+                    data = recv_bytes()
+                except (EOFError, OSError):
+                    slot[PHASE] = IDLE
+                    return None
+                slot[PHASE] = DECODING
+            try:
+                task = loads(data)
+            except Exception as exc:  # e.g. a module the task needs is not importable here
+                send(Notice("bad-task", payload=wrap_task_exception(exc, index, pid)), ())
+                slot[PHASE] = IDLE
+                continue
+            if task is None:
+                slot[PHASE] = IDLE
+            return task
+    return receive
+
+
+def _sender(outqueue: Any, slot: Any) -> Callable[[Any, Any], None]:
+    wlock = outqueue._wlock or contextlib.nullcontext()
+    send_bytes = outqueue._writer.send_bytes
+
+    def send(message: Any, result: Any) -> None:
+        try:
+            data = _pickling.dumps_explained(message, {"the task's result": message}, "send it to the parent")
+        except Exception as exc:
+            job, i = message[:2]
+            data = _pickling.dumps((job, i, (False, MaybeEncodingError(exc, result[1]))))
+        with wlock:
+            slot[PHASE] = SENDING
+            send_bytes(data)
+        slot[PHASE] = IDLE
+    return send
