@@ -52,6 +52,7 @@ class Pool(_stdpool.Pool):
     def __init__(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Any = None) -> None:
+        self._state = _stdpool.INIT  # what the stdlib's __del__ reads if a check below raises
         _check_processes(processes, "processes")
         if initializer is not None and not callable(initializer):
             raise TypeError(f"initializer must be a callable or None, not {initializer!r}")
@@ -90,7 +91,7 @@ class Pool(_stdpool.Pool):
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:
             raise ValueError(f"Pool not running: it was closed because {self._watch.broken}. "
-                             f"Create a new Pool.")
+                             f"Create a new Pool.") from self._watch.broken_error
         super()._check_running()
 
     # -- submitting work ---------------------------------------------------------------

@@ -33,8 +33,8 @@ from multiprocessing.pool import TERMINATE, IMapIterator, IMapUnorderedIterator,
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _pickling
-from ._pool_errors import Death
-from ._pool_worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, Notice
+from ._pool_errors import Death, WorkerLostError
+from ._pool_worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
 
 __all__ = ["Watch"]
 
@@ -93,6 +93,7 @@ class Watch:
         self.workers: List[_Worker] = []
         self.names: Dict[int, str] = {}  # job id -> "map(square)", for messages
         self.broken: Optional[str] = None
+        self.broken_error: Optional[BaseException] = None
         self.cache: Any = None
         self.outqueue: Any = None
         self.inqueue: Any = None
@@ -150,7 +151,13 @@ class Watch:
         phase = w.slot[PHASE]
         if phase == IDLE or self._live_pool() is None:
             return  # nothing was lost, or the Pool is being terminated on purpose
-        kind = {RUNNING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
+        if phase == WAITING:  # a Lock has no owner: any process may release it
+            return _release(self.inqueue._rlock)
+        if phase in (SENDING, SENT):
+            _release(self.outqueue._wlock)
+            if phase == SENT:
+                return
+        kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
         death = Death(w.index, w.proc.pid, code, w.rss)
         self._post(Notice(kind, w.slot[JOB], w.slot[INDEX], (death, phase)))
 
@@ -173,7 +180,13 @@ class Watch:
         """Wrap the result queue's ``recv``: notices are handled here, results pass through."""
         def get() -> Any:
             while True:
-                message = recv()
+                try:
+                    message = recv()
+                except (OSError, EOFError):
+                    raise
+                except Exception as exc:  # a cut message: the stream cannot be trusted any more
+                    self.handle(Notice("unreadable", payload=exc))
+                    return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
                     return message
                 try:
@@ -185,10 +198,11 @@ class Watch:
     def handle(self, notice: Notice) -> None:
         """Fail the call(s) a notice concerns."""
         if notice.kind == "lost":
-            death, _ = notice.payload
+            death, phase = notice.payload
             result = self.cache.get(notice.job)
             if result is not None:
-                doing = f"while running {self._describe(result, notice.job, notice.index)}"
+                verb = "while sending the result of" if phase == SENDING else "while running"
+                doing = f"{verb} {self._describe(result, notice.job, notice.index)}"
                 _fail(result, notice.index, death.error(doing, _KEEP_STAYS))
         elif notice.kind == "lost-unknown":
             death, _ = notice.payload
@@ -196,6 +210,8 @@ class Watch:
                                        "Every pending call failed; the Pool stays usable."))
         elif notice.kind == "bad-task":
             self._fail_all(notice.payload)
+        elif notice.kind == "unreadable":
+            self._break(notice)
         else:  # "broken" (a queue lock may be held by the dead) or "init-failed"
             self._break(notice)
 
@@ -203,13 +219,17 @@ class Watch:
         if notice.kind == "init-failed":
             error: BaseException = notice.payload
             self.broken = f"its initializer raised {type(error).__name__}: {error}"
+        elif notice.kind == "unreadable":
+            self.broken = f"a result could not be read ({notice.payload!r}), after a worker died mid-write"
+            error = WorkerLostError(f"the Pool's result stream broke: {self.broken}. {_CLOSED}")
         else:
             death, phase = notice.payload
             doing = ("while running the Pool's initializer" if phase == INIT else
-                     "while it held one of the Pool's queue locks")
+                     "while reading a task (the task stream may be cut mid-message)")
             error = death.error(doing, _CLOSED)
             self.broken = f"a worker died {doing}"
         self.inqueue._nbmp_broken = True
+        self.broken_error = error
         self._fail_all(error)
         pool = self._live_pool()
         if pool is not None:
@@ -229,6 +249,13 @@ class Watch:
 
 
 _KINDS = {MapResult: "a map", IMapIterator: "an imap", IMapUnorderedIterator: "an imap_unordered"}
+
+
+def _release(lock: Any) -> None:
+    try:
+        lock.release()
+    except ValueError:  # already released
+        pass
 
 
 def _fail(result: Any, i: int, error: BaseException) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]
@@ -27,14 +28,22 @@ from typing import Any, Callable, Optional, Sequence
 from . import _pickling
 from ._pool_errors import wrap_task_exception
 
-__all__ = ["worker", "Notice", "IDLE", "INIT", "RECEIVING", "DECODING", "RUNNING", "SENDING",
-           "JOB", "INDEX", "PHASE"]
+__all__ = ["worker", "Notice", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
+           "SENT", "JOB", "INDEX", "PHASE"]
 
 # Slot layout: the job and task index the worker holds, and its phase.
 JOB, INDEX, PHASE = 0, 1, 2
-# Phases. A death in RUNNING loses exactly (job, index); in DECODING an unknown task;
-# in INIT the initializer failed; in RECEIVING/SENDING the worker may hold a queue lock.
-IDLE, INIT, RECEIVING, DECODING, RUNNING, SENDING = range(6)
+# Phases, and what a death in each means to the parent:
+#   IDLE       nothing held.
+#   INIT       the initializer failed: the Pool is unusable.
+#   WAITING    holds the task queue's lock, nothing read yet: the parent frees the lock.
+#   RECEIVING  was reading a task: the task stream may be cut mid-message, the Pool is unusable.
+#   DECODING   held a task, which one is unknown: every pending call fails.
+#   RUNNING    held task (job, index): that call fails.
+#   SENDING    holds the result queue's lock, writing (job, index)'s result: the parent frees
+#              the lock and fails that call if the result never arrived.
+#   SENT       holds the result queue's lock, result written: the parent frees the lock.
+IDLE, INIT, WAITING, RECEIVING, DECODING, RUNNING, SENDING, SENT = range(8)
 
 
 class Notice:
@@ -90,18 +99,24 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
 
 def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
     rlock, recv_bytes, loads = inqueue._rlock, inqueue._reader.recv_bytes, _pickling.loads
+    # Waiting for data apart from reading it tells the parent whether a dead worker
+    # left the task stream intact (see WAITING); select.poll is the cheap way to wait.
+    poller = select.poll()
+    poller.register(inqueue._reader.fileno(), select.POLLIN)
 
     def receive(send: Callable[..., None], index: Optional[int], pid: int) -> Any:
         """The next task, or None at the sentinel or EOF. Unreadable tasks are reported and skipped."""
         while True:
             with rlock:
-                slot[PHASE] = RECEIVING
+                slot[PHASE] = WAITING
                 try:
+                    poller.poll()
+                    slot[PHASE] = RECEIVING
                     data = recv_bytes()
                 except (EOFError, OSError):
                     slot[PHASE] = IDLE
                     return None
-                slot[PHASE] = DECODING
+            slot[PHASE] = DECODING
             try:
                 task = loads(data)
             except Exception as exc:  # e.g. a module the task needs is not importable here
@@ -127,5 +142,6 @@ def _sender(outqueue: Any, slot: Any) -> Callable[[Any, Any], None]:
         with wlock:
             slot[PHASE] = SENDING
             send_bytes(data)
+            slot[PHASE] = SENT
         slot[PHASE] = IDLE
     return send

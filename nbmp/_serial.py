@@ -9,12 +9,54 @@ queue -- the same rule as for any ``multiprocessing.Lock``.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generic, Optional, TypeVar
+import itertools
+import os
+import weakref
+from multiprocessing.context import get_spawning_popen
+from typing import Any, Callable, Dict, Generic, Optional, Tuple, TypeVar
 
 __all__ = ["SerialExecutor", "ForkShared"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+# Live instances by token. A forked child inherits this table, so an instance that
+# travels to it inside a task (a lambda naming it, cloudpickled by value) resolves to
+# the inherited object instead of a copy: no pickled lock, no copied model.
+_instances: "weakref.WeakValueDictionary[Tuple[int, int], _Inherited]" = weakref.WeakValueDictionary()
+_tokens = itertools.count()
+
+
+class _Inherited:
+    """Pickles as a reference to the instance a forked child inherited (whole, while spawning)."""
+
+    _token: Tuple[int, int]
+
+    def _register(self) -> None:
+        self._token = (os.getpid(), next(_tokens))
+        _instances[self._token] = self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        if get_spawning_popen() is not None:  # a spawn/forkserver child's start: send it whole
+            return _rebuild, (type(self), vars(self))
+        return _lookup, (self._token,)
+
+
+def _rebuild(cls: type, state: Dict[str, Any]) -> Any:
+    obj = cls.__new__(cls)
+    obj.__dict__.update(state)
+    _instances[obj._token] = obj
+    return obj
+
+
+def _lookup(token: Tuple[int, int]) -> Any:
+    try:
+        return _instances[token]
+    except KeyError:
+        raise RuntimeError(
+            "this SerialExecutor/ForkShared is not in this process: it reaches a worker by fork "
+            "(create it before the Pool or processes start) or as an argument of the worker's start "
+            "(Process args, a Pool's initargs) -- not inside a task under spawn/forkserver") from None
 
 
 def _lock(ctx: Any) -> Any:
@@ -24,7 +66,7 @@ def _lock(ctx: Any) -> Any:
     return ctx.Lock()
 
 
-class SerialExecutor:
+class SerialExecutor(_Inherited):
     """Run a function in one process at a time, across all processes sharing this object.
 
     Like ``torch_xla``'s ``MpSerialExecutor``: create it in the parent, before the
@@ -34,15 +76,15 @@ class SerialExecutor:
 
     Example::
 
-        >>> serial = nbmp.SerialExecutor()
-        >>> def work(i):
-        ...     return serial.run(lambda: i * 10)   # one worker at a time in here
-        >>> nbmp.spawn(work, nprocs=2)
-        [0, 10]
+        >>> serial = nbmp.SerialExecutor()          # before the workers start
+        >>> with nbmp.Pool(2) as pool:
+        ...     pool.map(lambda i: serial.run(lambda: i * 10), range(3))   # one at a time inside run
+        [0, 10, 20]
     """
 
     def __init__(self, ctx: Any = None) -> None:
         self._lock = _lock(ctx)
+        self._register()
 
     def run(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         """``fn(*args, **kwargs)`` while holding the shared lock; returns its value."""
@@ -50,7 +92,7 @@ class SerialExecutor:
             return fn(*args, **kwargs)
 
 
-class ForkShared(Generic[T]):
+class ForkShared(_Inherited, Generic[T]):
     """An object built once in the parent and shared copy-on-write with forked workers.
 
     Like ``torch_xla``'s ``MpModelWrapper``: a model (or any large object) built
@@ -72,6 +114,7 @@ class ForkShared(Generic[T]):
     def __init__(self, obj: T, ctx: Any = None) -> None:
         self._obj = obj
         self._lock = _lock(ctx)
+        self._register()
 
     def get(self, transform: Optional[Callable[[T], Any]] = None) -> Any:
         """The object; with ``transform``, ``transform(obj)`` computed under the shared lock."""
