@@ -6,7 +6,7 @@ result objects are kept; only these pieces are overridden):
 * **Pickling.** Built on its context's ``SimpleQueue``, which for an nbmp
   context pickles with cloudpickle: tasks, results and the initializer may be
   lambdas or cell-defined functions under every start method.
-* ``Process`` (the stdlib's worker factory) starts nbmp's worker loop
+* ``Process`` (the stdlib's worker factory, here ``Watch.make_worker``) starts nbmp's worker loop
   (``_pool_worker``) with a shared-memory *slot* saying which task the worker
   holds, and registers the worker with the Pool's :class:`~nbmp._pool_watch.Watch`.
   A worker that dies holding a task makes that task's call raise
@@ -20,15 +20,14 @@ result objects are kept; only these pieces are overridden):
 
 from __future__ import annotations
 
+import os
 import time
 from multiprocessing import pool as _stdpool
-from multiprocessing.sharedctypes import RawArray
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from . import _progress
 from ._events import RunFinished, RunStarted, TaskProgress, new_run_id
 from ._pool_watch import Watch
-from ._pool_worker import worker
 
 __all__ = ["Pool", "parallel_map"]
 
@@ -59,21 +58,17 @@ class Pool(_stdpool.Pool):
         if context is None:
             from ._context import default_context
             context = default_context.get_context()
-        self._watch = Watch(processes or 1)
+        self._watch = Watch(processes or os.cpu_count() or 1)
         super().__init__(processes, initializer, initargs, maxtasksperchild, context)
         self._watch.start(self)
 
     # -- workers ---------------------------------------------------------------------
 
-    def Process(self, ctx: Any, *args: Any, **kwds: Any) -> Any:  # type: ignore[override]
-        """Make a worker process running nbmp's worker loop (the stdlib calls this)."""
-        slot = RawArray("q", 3)
-        kwds["target"] = worker
-        kwds["args"] = (*kwds.get("args", ()), slot)
-        proc = ctx.Process(*args, **kwds)
-        proc._nbmp_index = self._watch.add_worker(proc, slot)
-        proc._nbmp_nprocs = self._processes
-        return proc
+    @property
+    def Process(self) -> Callable[..., Any]:  # type: ignore[override]
+        """The worker factory the stdlib calls: the Watch's, which holds no reference to the Pool
+        (the stdlib's worker thread keeps it, and a Pool nobody holds must still be collected)."""
+        return self._watch.make_worker
 
     def _setup_queues(self) -> None:
         super()._setup_queues()
@@ -87,6 +82,24 @@ class Pool(_stdpool.Pool):
         while task_handler.is_alive() and inqueue._reader.poll():
             inqueue._reader.recv()
             time.sleep(0)
+
+    def terminate(self) -> None:
+        """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
+        super().terminate()
+        self._drop_queues()
+
+    def join(self) -> None:
+        """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`)."""
+        super().join()
+        self._drop_queues()
+
+    def _drop_queues(self) -> None:
+        # A finished Pool no longer needs its queues, and under spawn/forkserver their
+        # named semaphores stay in /dev/shm while anything (a result, a traceback's frame
+        # in a notebook) keeps the Pool alive: let them go now.
+        self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
+        self._cache.notifier = self._change_notifier = None
+        self._watch.inqueue = self._watch.outqueue = None
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:

@@ -29,11 +29,13 @@ import traceback
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from multiprocessing.pool import TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult  # type: ignore[attr-defined]
+from multiprocessing.sharedctypes import RawArray
+from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult  # type: ignore[attr-defined]
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _pickling
 from ._pool_errors import Death, WorkerLostError
+from ._pool_worker import worker
 from ._pool_worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
 
 __all__ = ["Watch"]
@@ -101,13 +103,22 @@ class Watch:
 
     # -- the worker factory's side ------------------------------------------------
 
-    def add_worker(self, proc: Any, slot: Any) -> int:
-        """Register a new worker; return its index (a dead worker's index is reused)."""
+    def make_worker(self, ctx: Any, *args: Any, **kwds: Any) -> Any:
+        """Make a worker process running nbmp's worker loop with a fresh slot, registered here.
+
+        Called by the stdlib as ``Process(ctx, target=worker, args=(...))``; a dead
+        worker's index is given to its replacement.
+        """
+        slot = RawArray("q", 3)
+        kwds["target"] = worker
+        kwds["args"] = (*kwds.get("args", ()), slot)
+        proc = ctx.Process(*args, **kwds)
         with self.lock:
             used = {w.index for w in self.workers if w.proc.exitcode is None}
-            index = next(i for i in range(len(self.workers) + 1) if i not in used)
-            self.workers.append(_Worker(proc, slot, index))
-        return index
+            proc._nbmp_index = next(i for i in range(len(self.workers) + 1) if i not in used)
+            proc._nbmp_nprocs = self.nprocs
+            self.workers.append(_Worker(proc, slot, proc._nbmp_index))
+        return proc
 
     def name(self, job: int, what: str, func: Any) -> None:
         """Remember which call a job is, for error messages."""
@@ -127,8 +138,12 @@ class Watch:
 
     # -- the watcher thread --------------------------------------------------------
 
+    def _watching(self) -> bool:
+        pool = self._live_pool()  # after close(): until the last worker and call are gone
+        return pool is not None and (pool._state == RUN or bool(self.workers) or bool(self.cache))
+
     def _run(self) -> None:
-        while self._live_pool() is not None:
+        while self._watching():
             with self.lock:
                 workers = list(self.workers)
             for w in workers:

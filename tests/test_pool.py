@@ -55,6 +55,11 @@ def test_lambdas_and_closures_in_every_call(ctx):
         assert pool.starmap_async(lambda x: x, [(1,)]).get(TIMEOUT) == [1]
 
 
+def test_workers_ignore_sigint_the_parent_handles_it(ctx):
+    with ctx.Pool(1) as pool:
+        assert pool.apply(lambda: signal.getsignal(signal.SIGINT)) == signal.SIG_IGN
+
+
 def test_workers_know_their_index(ctx):
     with ctx.Pool(2) as pool:
         indexes = pool.map(lambda _: nbmp.current_process()._nbmp_index, range(8), chunksize=1)
