@@ -96,6 +96,7 @@ class Watch:
         self.names: Dict[int, str] = {}  # job id -> "map(square)", for messages
         self.broken: Optional[str] = None
         self.broken_error: Optional[BaseException] = None
+        self.start_deaths = 0
         self.cache: Any = None
         self.outqueue: Any = None
         self.inqueue: Any = None
@@ -110,11 +111,12 @@ class Watch:
         worker's index is given to its replacement.
         """
         slot = RawArray("q", 3)
+        slot[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
         kwds["target"] = worker
         kwds["args"] = (*kwds.get("args", ()), slot)
         proc = ctx.Process(*args, **kwds)
         with self.lock:
-            used = {w.index for w in self.workers if w.proc.exitcode is None}
+            used = {w.index for w in self.workers if _returncode(w.proc) is None}
             proc._nbmp_index = next(i for i in range(len(self.workers) + 1) if i not in used)
             proc._nbmp_nprocs = self.nprocs
             self.workers.append(_Worker(proc, slot, proc._nbmp_index))
@@ -143,6 +145,7 @@ class Watch:
         return pool is not None and (pool._state == RUN or bool(self.workers) or bool(self.cache))
 
     def _run(self) -> None:
+        unreaped = 0
         while self._watching():
             with self.lock:
                 workers = list(self.workers)
@@ -150,9 +153,13 @@ class Watch:
                 w.sample_rss()
             sentinels = [s for s in (w.sentinel() for w in workers) if s is not None]
             ready = wait(sentinels, timeout=TICK)
+            # The stdlib's worker thread reaps the dead; reading the exit code it stored
+            # (not polling ourselves) matters under forkserver, where two pollers race
+            # for the one status message and the loser reads 255.
+            unreaped = unreaped + 1 if ready else 0
             reaped = False
             for w in workers:
-                code = w.proc.exitcode
+                code = w.proc.exitcode if unreaped > 50 else _returncode(w.proc)
                 if code is None:
                     continue
                 with self.lock:
@@ -160,7 +167,7 @@ class Watch:
                 self._report(w, code)
                 reaped = True
             if ready and not reaped:
-                threading.Event().wait(0.01)  # the stdlib's thread is reaping it right now
+                threading.Event().wait(0.01)
 
     def _report(self, w: _Worker, code: int) -> None:
         phase = w.slot[PHASE]
@@ -171,6 +178,12 @@ class Watch:
         if phase in (SENDING, SENT):
             _release(self.outqueue._wlock)
             if phase == SENT:
+                return
+        if phase == INIT and code < 0:
+            # Killed while starting: no task was held. Only a repeated start-up death
+            # (a crashing initializer) makes the Pool unusable.
+            self.start_deaths += 1
+            if self.start_deaths < 3:
                 return
         kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
         death = Death(w.index, w.proc.pid, code, w.rss)
@@ -239,7 +252,8 @@ class Watch:
             error = WorkerLostError(f"the Pool's result stream broke: {self.broken}. {_CLOSED}")
         else:
             death, phase = notice.payload
-            doing = ("while running the Pool's initializer" if phase == INIT else
+            doing = ("while starting (loading its target under spawn, or running the initializer)"
+                     if phase == INIT else
                      "while reading a task (the task stream may be cut mid-message)")
             error = death.error(doing, _CLOSED)
             self.broken = f"a worker died {doing}"
@@ -264,6 +278,12 @@ class Watch:
 
 
 _KINDS = {MapResult: "a map", IMapIterator: "an imap", IMapUnorderedIterator: "an imap_unordered"}
+
+
+def _returncode(proc: Any) -> Optional[int]:
+    """The exit code already collected for ``proc``, without waiting or polling."""
+    popen = proc._popen
+    return None if popen is None else popen.returncode  # type: ignore[no-any-return]
 
 
 def _release(lock: Any) -> None:
