@@ -14,6 +14,7 @@ result objects are kept; only these pieces are overridden):
 * ``map``/``starmap`` take ``progress=`` (see ``_progress``) and, like
   ``apply``, answer a KeyboardInterrupt by terminating the Pool: the running
   tasks stop, no worker is left behind, and the interrupt propagates.
+* A map's function is pickled once per map, not once per chunk (``Prepickled``).
 * Input is checked before anything is queued (``func`` callable, ``chunksize``
   a positive int, ``processes`` a positive int).
 """
@@ -28,6 +29,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence
 from . import _progress
 from ._events import RunFinished, RunStarted, TaskProgress, new_run_id
 from ._pool_watch import Watch
+from ._pool_worker import Prepickled
 
 __all__ = ["Pool", "parallel_map"]
 
@@ -116,7 +118,7 @@ class Pool(_stdpool.Pool):
         _check_processes(chunksize, "chunksize")
         if not hasattr(iterable, "__len__"):
             iterable = list(iterable)
-        result = super()._map_async(func, iterable, mapper, chunksize, callback, error_callback)
+        result = super()._map_async(Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
         result._nbmp_length = len(iterable)  # type: ignore[arg-type]
         self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func)
         return result
@@ -134,13 +136,13 @@ class Pool(_stdpool.Pool):
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
-        return super().imap(func, iterable, chunksize)
+        return super().imap(Prepickled(func), iterable, chunksize)
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: int = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
-        return super().imap_unordered(func, iterable, chunksize)
+        return super().imap_unordered(Prepickled(func), iterable, chunksize)
 
     # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
 

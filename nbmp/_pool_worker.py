@@ -28,7 +28,7 @@ from typing import Any, Callable, Optional, Sequence
 from . import _pickling
 from ._pool_errors import wrap_task_exception
 
-__all__ = ["worker", "Notice", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
+__all__ = ["worker", "Notice", "Prepickled", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
            "SENT", "JOB", "INDEX", "PHASE"]
 
 # Slot layout: the job and task index the worker holds, and its phase.
@@ -56,6 +56,39 @@ class Notice:
 
     def __reduce__(self) -> Any:
         return Notice, (self.kind, self.job, self.index, self.payload)
+
+
+class Prepickled:
+    """A map's function, pickled once for all its tasks and rebuilt once per worker.
+
+    cloudpickle sends a notebook function by value, which costs tens of
+    microseconds per task; a map of many chunks would pay it per chunk, on both
+    sides. The bytes are made at the first task and reused; workers keep the few
+    latest functions by their bytes (identical bytes, identical function).
+    """
+
+    __slots__ = ("func", "data")
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func, self.data = func, b""
+
+    def __reduce__(self) -> Any:
+        if not self.data:
+            self.data = _pickling.dumps_explained(self.func, {"the function": self.func},
+                                                  "send it to the Pool's workers")
+        return _load_function, (self.data,)
+
+
+_functions: "dict[bytes, Any]" = {}
+
+
+def _load_function(data: bytes) -> Any:
+    func = _functions.get(data)
+    if func is None:
+        if len(_functions) >= 16:
+            _functions.pop(next(iter(_functions)))
+        func = _functions[data] = _pickling.loads(data)
+    return func
 
 
 def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
@@ -131,14 +164,18 @@ def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
 
 def _sender(outqueue: Any, slot: Any) -> Callable[[Any, Any], None]:
     wlock = outqueue._wlock or contextlib.nullcontext()
-    send_bytes = outqueue._writer.send_bytes
+    send_bytes, dumps = outqueue._writer.send_bytes, _pickling.dumps
 
     def send(message: Any, result: Any) -> None:
         try:
-            data = _pickling.dumps_explained(message, {"the task's result": message}, "send it to the parent")
-        except Exception as exc:
+            data = dumps(message)
+        except Exception as exc:  # the slow path names the culprit
+            try:
+                _pickling.dumps_explained(result[1], {"the task's result": result[1]}, "send it to the parent")
+            except Exception as explained:
+                exc = explained
             job, i = message[:2]
-            data = _pickling.dumps((job, i, (False, MaybeEncodingError(exc, result[1]))))
+            data = dumps((job, i, (False, MaybeEncodingError(exc, result[1]))))
         with wlock:
             slot[PHASE] = SENDING
             send_bytes(data)
