@@ -2,7 +2,7 @@
 
 100,000 calls of a trivial function on 2 workers; tasks per second, best of
 ``--repeat`` runs, pool start-up excluded (every library's pool is warmed with
-one small map first). Prints a Markdown table with each rate relative to
+one small map first; rounds interleaved across libraries). Prints a Markdown table with each rate relative to
 ``multiprocessing.Pool`` at the same chunksize.
 
     python benchmarks/bench_pool.py [--tasks 100000] [--workers 2] [--repeat 3]
@@ -26,19 +26,27 @@ def tiny(x: int) -> int:
 Runner = Callable[[List[int]], List[int]]
 
 
-def _timed(setup: Callable[[], Tuple[Runner, Callable[[], None]]], items: List[int], repeat: int) -> float:
-    run, close = setup()
+def _rates(setups: Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]], items: List[int],
+           repeat: int) -> Dict[str, float]:
+    """Best rate per library; rounds are interleaved so that load drift on a shared
+    machine hits every library alike."""
+    runners, closers, best = {}, [], {name: float("inf") for name in setups}
     try:
-        run(items[:100])  # warm: workers started, function imported
-        best = float("inf")
+        for name, setup in setups.items():
+            run, close = setup()
+            closers.append(close)
+            run(items[:100])  # warm: workers started, function loaded
+            runners[name] = run
         for _ in range(repeat):
-            t0 = time.perf_counter()
-            out = run(items)
-            best = min(best, time.perf_counter() - t0)
-            assert out[-1] == items[-1] + 1
-        return len(items) / best
+            for name, run in runners.items():
+                t0 = time.perf_counter()
+                out = run(items)
+                best[name] = min(best[name], time.perf_counter() - t0)
+                assert out[-1] == items[-1] + 1
     finally:
-        close()
+        for close in closers:
+            close()
+    return {name: len(items) / seconds for name, seconds in best.items()}
 
 
 def _pool(factory: Callable[[], object], chunksize: Optional[int]) -> Callable[[], Tuple[Runner, Callable[[], None]]]:
@@ -95,21 +103,25 @@ def cases(workers: int, chunk: Optional[int]) -> Dict[str, Callable[[], Tuple[Ru
     return found
 
 
+def _rate(rate: float) -> str:
+    return f"{rate / 1e6:.2f} M" if rate >= 1e5 else f"{rate / 1e3:.1f} k"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     items = list(range(args.tasks))
     print(f"{args.tasks:,} tiny tasks on {args.workers} workers (fork), tasks/s, best of {args.repeat}\n")
     print("| chunksize | library | tasks/s | vs multiprocessing.Pool |")
     print("|---|---|---:|---:|")
     for chunk in (None, 1000):
-        rates = {name: _timed(setup, items, args.repeat) for name, setup in cases(args.workers, chunk).items()}
+        rates = _rates(cases(args.workers, chunk), items, args.repeat)
         base = rates["multiprocessing.Pool"]
         for name, rate in sorted(rates.items(), key=lambda kv: -kv[1]):
-            print(f"| {chunk or 'default'} | {name} | {rate / 1e6:.2f} M | {rate / base:.2f}x |")
+            print(f"| {chunk or 'default'} | {name} | {_rate(rate)} | {rate / base:.2f}x |")
 
 
 if __name__ == "__main__":
