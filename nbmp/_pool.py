@@ -22,7 +22,9 @@ result objects are kept; only these pieces are overridden):
 from __future__ import annotations
 
 import os
+import threading
 import time
+from multiprocessing.connection import wait
 from multiprocessing import pool as _stdpool
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
@@ -149,20 +151,21 @@ class Pool(_stdpool.Pool):
     def map(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = None,
             progress: Any = None) -> List[Any]:
         """Apply ``func`` to each item; ``progress``: True, False, None (auto) or a sink."""
-        return self._wait(self._map_async(func, iterable, _mapstar, chunksize), progress, "map", func)
+        sink = _progress.resolve(progress)
+        return self._wait(self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
 
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None, progress: Any = None) -> List[Any]:
         """``func(*args)`` for each ``args`` in ``iterable``; ``progress`` as in :meth:`map`."""
-        return self._wait(self._map_async(func, iterable, _starmapstar, chunksize), progress, "starmap", func)
+        sink = _progress.resolve(progress)
+        return self._wait(self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
 
     def apply(self, func: Callable[..., Any], args: Sequence[Any] = (), kwds: Any = {}) -> Any:
         """``func(*args, **kwds)`` in a worker; an interrupt terminates the Pool."""
-        return self._wait(self.apply_async(func, args, kwds), False, "apply", func)
+        return self._wait(self.apply_async(func, args, kwds), None, "apply", func)
 
-    def _wait(self, result: Any, progress: Any, what: str, func: Any) -> Any:
+    def _wait(self, result: Any, sink: Any, what: str, func: Any) -> Any:
         try:
-            sink = _progress.resolve(progress) if isinstance(result, _stdpool.MapResult) else None
             if sink is not None:
                 _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
                                  self._ctx.get_start_method(), self._processes)
@@ -170,6 +173,23 @@ class Pool(_stdpool.Pool):
         except KeyboardInterrupt:
             self.terminate()  # stops the running tasks; workers ignore SIGINT themselves
             raise
+
+    @classmethod
+    def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, *args: Any) -> None:
+        # terminate() kills workers mid-way; one killed while writing a result holds the
+        # result queue's lock, which the stdlib's task thread then waits on forever.
+        threading.Thread(target=_free_result_lock, args=(outqueue, list(pool)), daemon=True).start()
+        super()._terminate_pool(taskqueue, inqueue, outqueue, pool, *args)
+
+
+def _free_result_lock(outqueue: Any, workers: List[Any]) -> None:
+    """Once every worker is dead, a held result-queue lock is a dead worker's: free it."""
+    wait([w.sentinel for w in workers if w._popen is not None], timeout=30)
+    lock = outqueue._wlock
+    if lock is not None and not lock.acquire(timeout=1.0):
+        lock.release()  # a Lock has no owner; its holder is dead
+    elif lock is not None:
+        lock.release()
 
 
 def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int) -> None:

@@ -29,13 +29,12 @@ import traceback
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from multiprocessing.sharedctypes import RawArray
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult  # type: ignore[attr-defined]
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _pickling
 from ._pool_errors import Death, WorkerLostError
-from ._pool_worker import worker
+from ._pool_worker import Slot, worker
 from ._pool_worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
 
 __all__ = ["Watch"]
@@ -110,8 +109,8 @@ class Watch:
         Called by the stdlib as ``Process(ctx, target=worker, args=(...))``; a dead
         worker's index is given to its replacement.
         """
-        slot = RawArray("q", 3)
-        slot[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
+        slot = Slot()
+        slot.view[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
         kwds["target"] = worker
         kwds["args"] = (*kwds.get("args", ()), slot)
         proc = ctx.Process(*args, **kwds)
@@ -170,7 +169,7 @@ class Watch:
                 threading.Event().wait(0.01)
 
     def _report(self, w: _Worker, code: int) -> None:
-        phase = w.slot[PHASE]
+        phase = w.slot.view[PHASE]
         if phase == IDLE or self._live_pool() is None:
             return  # nothing was lost, or the Pool is being terminated on purpose
         if phase == WAITING:  # a Lock has no owner: any process may release it
@@ -187,7 +186,7 @@ class Watch:
                 return
         kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
         death = Death(w.index, w.proc.pid, code, w.rss)
-        self._post(Notice(kind, w.slot[JOB], w.slot[INDEX], (death, phase)))
+        self._post(Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (death, phase)))
 
     def _post(self, notice: Notice) -> None:
         """Put ``notice`` behind everything the dead worker sent (same queue, same order)."""

@@ -18,9 +18,13 @@ What differs from the stdlib's ``worker``:
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import select
 import signal
+import tempfile
+import weakref
+from multiprocessing import reduction
 from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]
 from typing import Any, Callable, Optional, Sequence
@@ -28,7 +32,7 @@ from typing import Any, Callable, Optional, Sequence
 from . import _pickling
 from ._pool_errors import wrap_task_exception
 
-__all__ = ["worker", "Notice", "Prepickled", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
+__all__ = ["worker", "Slot", "Notice", "Prepickled", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
            "SENT", "JOB", "INDEX", "PHASE"]
 
 # Slot layout: the job and task index the worker holds, and its phase.
@@ -44,6 +48,49 @@ JOB, INDEX, PHASE = 0, 1, 2
 #              the lock and fails that call if the result never arrived.
 #   SENT       holds the result queue's lock, result written: the parent frees the lock.
 IDLE, INIT, WAITING, RECEIVING, DECODING, RUNNING, SENDING, SENT = range(8)
+
+
+class Slot:
+    """Three int64s (job, index, phase) in memory shared between the parent and one worker.
+
+    A forked worker inherits the mapping; a spawned one gets the memory's file
+    descriptor when it starts. (Not ``RawArray``: that registers a reducer for
+    each ctypes type with the standard ``ForkingPickler``, and nbmp leaves the
+    standard module's tables alone.)
+    """
+
+    def __init__(self, fd: int = -1) -> None:
+        if fd < 0:
+            fd = _anonymous_file()
+            os.ftruncate(fd, _SLOT_BYTES)
+        self.fd = fd
+        self._map = mmap.mmap(fd, _SLOT_BYTES)
+        self.view = memoryview(self._map).cast("q")
+        weakref.finalize(self, _close_slot, self.view, self._map, fd)
+
+    def __reduce__(self) -> Any:
+        return _rebuild_slot, (reduction.DupFd(self.fd),)  # only while starting a child
+
+
+_SLOT_BYTES = 3 * 8
+
+
+def _anonymous_file() -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("nbmp-pool-slot", os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix="nbmp-pool-slot-")
+    os.unlink(path)
+    return fd
+
+
+def _rebuild_slot(dupfd: Any) -> Slot:
+    return Slot(dupfd.detach())
+
+
+def _close_slot(view: memoryview, map_: mmap.mmap, fd: int) -> None:
+    view.release()
+    map_.close()
+    os.close(fd)
 
 
 class Notice:
@@ -96,7 +143,8 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
            slot: Any = None) -> None:
     """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a kernel's handler must not survive the fork
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    slot = slot.view  # the stores below are the per-task cost of crash tracking  # a kernel's handler must not survive the fork
     inqueue._writer.close()
     outqueue._reader.close()
     me = current_process()
