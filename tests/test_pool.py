@@ -60,6 +60,16 @@ def test_workers_ignore_sigint_the_parent_handles_it(ctx):
         assert pool.apply(lambda: signal.getsignal(signal.SIGINT)) == signal.SIG_IGN
 
 
+def test_maxtasksperchild_and_initializer_keep_their_meaning(ctx):
+    def init(tag: str) -> None:
+        os.environ["NBMP_TEST_TAG"] = tag
+
+    with ctx.Pool(2, initializer=init, initargs=("set",), maxtasksperchild=1) as pool:
+        out = pool.map(lambda _: (os.environ["NBMP_TEST_TAG"], os.getpid()), range(6), chunksize=1)
+    assert {tag for tag, _ in out} == {"set"}
+    assert len({pid for _, pid in out}) == 6  # a fresh worker per task, and no call failed
+
+
 def test_workers_know_their_index(ctx):
     with ctx.Pool(2) as pool:
         indexes = pool.map(lambda _: nbmp.current_process()._nbmp_index, range(8), chunksize=1)
