@@ -23,6 +23,9 @@ from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker
 from ._pickling import PicklingError
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, spawn, start_processes
+from ._pool import parallel_map
+from ._pool_errors import RemoteTaskError, WorkerLostError
+from ._serial import ForkShared, SerialExecutor
 
 __version__ = "0.1.0"
 
@@ -38,6 +41,7 @@ __all__ = [
     "ProcessException", "ProcessRaisedException", "ProcessExitedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
+    "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared",
 ]
 
 

@@ -85,3 +85,13 @@ def test_spawn_in_a_kernel_shows_a_live_dashboard(nb):
     assert kinds.count("comm_msg") >= 3, kinds  # updated while the workers ran
     threads = nb.run("import threading\n[t.name for t in threading.enumerate() if 'nbmp' in t.name]")
     assert threads.result == "[]"
+
+
+def test_pool_map_progress_shows_the_dashboard_in_a_notebook(nb):
+    cell = nb.run("with nbmp.Pool(2) as pool:\n"
+                  "    out = pool.map(lambda x: x * 2, range(40), chunksize=1, progress=True)\n"
+                  "del pool\nout[-1]")
+    cell.raise_for_error()
+    assert cell.result == "78"
+    kinds = [m["msg_type"] for m in cell.messages]
+    assert "comm_open" in kinds and "comm_msg" in kinds

@@ -1,0 +1,128 @@
+"""Throughput of a Pool on many tiny tasks: nbmp.Pool against the standard Pool and its peers.
+
+100,000 calls of a trivial function on 2 workers; tasks per second, best of
+``--repeat`` runs, pool start-up excluded (every library's pool is warmed with
+one small map first; rounds interleaved across libraries). Prints a Markdown table with each rate relative to
+``multiprocessing.Pool`` at the same chunksize.
+
+    python benchmarks/bench_pool.py [--tasks 100000] [--workers 2] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+import nbmp
+
+
+def tiny(x: int) -> int:
+    return x + 1
+
+
+Runner = Callable[[List[int]], List[int]]
+
+
+def _rates(setups: Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]], items: List[int],
+           repeat: int) -> Dict[str, float]:
+    """Best rate per library; rounds are interleaved so that load drift on a shared
+    machine hits every library alike."""
+    runners, closers, best = {}, [], {name: float("inf") for name in setups}
+    try:
+        for name, setup in setups.items():
+            run, close = setup()
+            closers.append(close)
+            run(items[:100])  # warm: workers started, function loaded
+            runners[name] = run
+        for _ in range(repeat):
+            for name, run in runners.items():
+                t0 = time.perf_counter()
+                out = run(items)
+                best[name] = min(best[name], time.perf_counter() - t0)
+                assert out[-1] == items[-1] + 1
+    finally:
+        for close in closers:
+            close()
+    return {name: len(items) / seconds for name, seconds in best.items()}
+
+
+def _pool(factory: Callable[[], object], chunksize: Optional[int]) -> Callable[[], Tuple[Runner, Callable[[], None]]]:
+    def setup() -> Tuple[Runner, Callable[[], None]]:
+        pool = factory()
+        return (lambda items: pool.map(tiny, items, chunksize)), pool.terminate  # type: ignore[attr-defined]
+    return setup
+
+
+def _executor(factory: Callable[[], concurrent.futures.Executor], chunksize: int) -> Callable[[], Tuple[Runner, Callable[[], None]]]:
+    def setup() -> Tuple[Runner, Callable[[], None]]:
+        ex = factory()
+        return (lambda items: list(ex.map(tiny, items, chunksize=chunksize))), ex.shutdown
+    return setup
+
+
+def cases(workers: int, chunk: Optional[int]) -> Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]]:
+    """Every peer at this chunksize (None: each library's default)."""
+    fork = multiprocessing.get_context("fork")
+    found: Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]] = {
+        "multiprocessing.Pool": _pool(lambda: fork.Pool(workers), chunk),
+        "nbmp.Pool": _pool(lambda: nbmp.get_context("fork").Pool(workers), chunk),
+        "concurrent.futures": _executor(lambda: concurrent.futures.ProcessPoolExecutor(workers, mp_context=fork),
+                                        chunk or 1),
+    }
+    try:
+        import multiprocess
+        found["multiprocess.Pool"] = _pool(lambda: multiprocess.get_context("fork").Pool(workers), chunk)
+    except ImportError:
+        pass
+    try:
+        from loky import get_reusable_executor
+        found["loky"] = _executor(lambda: get_reusable_executor(workers), chunk or 1)
+    except ImportError:
+        pass
+    try:
+        from mpire import WorkerPool
+
+        def mpire_setup() -> Tuple[Runner, Callable[[], None]]:
+            pool = WorkerPool(workers, start_method="fork")
+            return (lambda items: pool.map(tiny, items, chunk_size=chunk, progress_bar=False)), pool.terminate
+        found["mpire"] = mpire_setup
+    except ImportError:
+        pass
+    try:
+        import joblib
+
+        def joblib_setup() -> Tuple[Runner, Callable[[], None]]:
+            par = joblib.Parallel(workers, batch_size=chunk or "auto")
+            return (lambda items: par(joblib.delayed(tiny)(x) for x in items)), lambda: None
+        found["joblib"] = joblib_setup
+    except ImportError:
+        pass
+    return found
+
+
+def _rate(rate: float) -> str:
+    return f"{rate / 1e6:.2f} M" if rate >= 1e5 else f"{rate / 1e3:.1f} k"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    items = list(range(args.tasks))
+    print(f"{args.tasks:,} tiny tasks on {args.workers} workers (fork), tasks/s, best of {args.repeat}\n")
+    print("| chunksize | library | tasks/s | vs multiprocessing.Pool |")
+    print("|---|---|---:|---:|")
+    for chunk in (None, 1000):
+        rates = _rates(cases(args.workers, chunk), items, args.repeat)
+        base = rates["multiprocessing.Pool"]
+        for name, rate in sorted(rates.items(), key=lambda kv: -kv[1]):
+            print(f"| {chunk or 'default'} | {name} | {_rate(rate)} | {rate / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

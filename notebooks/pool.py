@@ -1,0 +1,81 @@
+# %% [markdown]
+# # A Pool that never hangs
+#
+# `nbmp.Pool` is the standard `multiprocessing.Pool` with cloudpickle, progress bars,
+# and one promise the standard Pool cannot keep: **a worker that dies mid-task makes
+# the waiting call raise** instead of hanging the cell forever.
+
+# %%
+import os
+import signal
+import time
+
+import nbmp
+
+# %% [markdown]
+# ## A map with progress
+#
+# `progress=True` draws a bar (here, under the cell); the default shows one only for maps
+# still running after two seconds.
+
+# %%
+def slow_square(x):
+    time.sleep(0.01)
+    return x * x
+
+with nbmp.Pool(2) as pool:
+    squares = pool.map(slow_square, range(200), chunksize=10, progress=True)
+squares[:5], len(squares)
+
+# %% [markdown]
+# `nbmp.parallel_map` is the one-call version: a Pool, a map, and the Pool cleaned up.
+
+# %%
+nbmp.parallel_map(lambda word: word.upper(), ["fork", "first"], workers=2)
+
+# %% [markdown]
+# ## A worker crash, caught with a clear error
+#
+# Item 3 kills its own worker (as the out-of-memory killer would). The standard Pool would
+# wait forever; nbmp names the worker, the signal and the likely cause, replaces the worker,
+# and the Pool stays usable.
+
+# %%
+def risky(x):
+    if x == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x
+
+pool = nbmp.Pool(2)
+try:
+    pool.map(risky, range(8), chunksize=1)
+except nbmp.WorkerLostError as error:
+    print(error)
+    print("signal:", error.signal_name, "| worker:", error.index, "| pid:", error.pid)
+
+# %%
+pool.map(abs, [-1, -2, -3])   # the same Pool, still working
+
+# %% [markdown]
+# ## An exception in a task
+#
+# It comes back with its own type (even a class defined in this notebook) and the worker's
+# traceback, with this cell's lines, as its cause.
+
+# %%
+class BadInput(ValueError):
+    pass
+
+def parse(text):
+    if not text.isdigit():
+        raise BadInput(f"not a number: {text!r}")
+    return int(text)
+
+try:
+    pool.map(parse, ["1", "two"])
+except BadInput as error:
+    print("caught", type(error).__name__, "-", error)
+    print(error.__cause__)
+
+# %%
+pool.terminate()

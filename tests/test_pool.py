@@ -1,0 +1,314 @@
+"""nbmp.Pool: cloudpickle under every start method, dead workers raise instead of hanging,
+remote tracebacks, progress events, parallel_map, and input checks."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+from typing import Any, List
+
+import pytest
+
+import nbmp
+from conftest import TIMEOUT
+from helpers import run_main
+from nbmp._events import RunFinished, RunStarted, TaskProgress
+
+
+def _segfault() -> None:
+    import ctypes
+    ctypes.string_at(0)
+
+
+KILLS = {
+    "SIGKILL": (lambda: os.kill(os.getpid(), signal.SIGKILL), r"killed by SIGKILL.*out-of-memory killer"),
+    "SIGSEGV": (_segfault, r"killed by SIGSEGV.*segmentation fault"),
+    "os._exit": (lambda: os._exit(7), r"exited with code 7.*os\._exit"),
+}
+
+
+def _calls(pool: Any, task: Any) -> dict:
+    return {
+        "starmap": lambda: pool.starmap(task, [(i,) for i in range(8)]),
+        "map": lambda: pool.map(task, range(8), chunksize=1),
+        "imap": lambda: list(pool.imap(task, range(8))),
+        "apply_async": lambda: [pool.apply_async(task, (i,)).get(TIMEOUT) for i in range(8)],
+    }
+
+
+# --------------------------------------------------------------------------
+# cloudpickle
+# --------------------------------------------------------------------------
+
+
+def test_lambdas_and_closures_in_every_call(ctx):
+    offset = 10
+    with ctx.Pool(2) as pool:
+        assert pool.map(lambda x: x + offset, range(5)) == [10, 11, 12, 13, 14]
+        assert pool.starmap(lambda a, b: a * b, [(1, 2), (3, 4)]) == [2, 12]
+        assert list(pool.imap(lambda x: -x, range(3))) == [0, -1, -2]
+        assert sorted(pool.imap_unordered(lambda x: x * 2, range(4), chunksize=2)) == [0, 2, 4, 6]
+        assert pool.apply_async(lambda: "ok").get(TIMEOUT) == "ok"
+        assert pool.apply(lambda x, y=1: x + y, (1,), {"y": 2}) == 3
+        assert pool.map_async(lambda x: x, [1, 2]).get(TIMEOUT) == [1, 2]
+        assert pool.starmap_async(lambda x: x, [(1,)]).get(TIMEOUT) == [1]
+
+
+def test_workers_ignore_sigint_the_parent_handles_it(ctx):
+    with ctx.Pool(1) as pool:
+        assert pool.apply(lambda: signal.getsignal(signal.SIGINT)) == signal.SIG_IGN
+
+
+def test_maxtasksperchild_and_initializer_keep_their_meaning(ctx):
+    def init(tag: str) -> None:
+        os.environ["NBMP_TEST_TAG"] = tag
+
+    with ctx.Pool(2, initializer=init, initargs=("set",), maxtasksperchild=1) as pool:
+        out = pool.map(lambda _: (os.environ["NBMP_TEST_TAG"], os.getpid()), range(6), chunksize=1)
+    assert {tag for tag, _ in out} == {"set"}
+    assert len({pid for _, pid in out}) == 6  # a fresh worker per task, and no call failed
+
+
+def test_workers_know_their_index(ctx):
+    with ctx.Pool(2) as pool:
+        indexes = pool.map(lambda _: nbmp.current_process()._nbmp_index, range(8), chunksize=1)
+    assert set(indexes) <= {0, 1}
+
+
+# --------------------------------------------------------------------------
+# A worker that dies holding a task
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", ["starmap", "map", "imap", "apply_async"])
+@pytest.mark.parametrize("kill", list(KILLS))
+def test_dead_worker_raises_named_error_and_pool_stays_usable(ctx, kill, call):
+    die, message = KILLS[kill]
+
+    def task(i: int) -> int:
+        if i == 3:
+            die()
+        return i
+
+    with ctx.Pool(2) as pool:
+        with pytest.raises(nbmp.WorkerLostError, match=message) as info:
+            _calls(pool, task)[call]()
+        error = info.value
+        assert error.index in (0, 1) and error.pid > 0
+        assert f"Pool worker {error.index} (pid {error.pid})" in str(error)
+        assert error.signal_name == (kill if kill.startswith("SIG") else None)
+        assert error.exitcode == (-getattr(signal, kill) if kill.startswith("SIG") else 7)
+        assert "item 3" in str(error) or call == "apply_async"
+        # the worker was replaced: the Pool still works, both workers included
+        assert pool.map(lambda x: x + 1, range(4)) == [1, 2, 3, 4]
+        assert len(set(pool.map(lambda _: os.getpid(), range(64), chunksize=1))) >= 1
+
+
+def test_worker_lost_error_is_picklable_and_a_process_error():
+    import pickle
+    error = nbmp.WorkerLostError("gone", index=1, pid=42, exitcode=-9, rss=3 << 30, task="map(f)")
+    copy = pickle.loads(pickle.dumps(error))
+    assert isinstance(copy, nbmp.ProcessError)
+    assert (copy.index, copy.pid, copy.exitcode, copy.signal_name, copy.rss, copy.task, str(copy)) == \
+        (1, 42, -9, "SIGKILL", 3 << 30, "map(f)", "gone")
+
+
+def test_message_reports_memory_when_sampled():
+    from nbmp._pool_errors import Death
+    error = Death(index=1, pid=42, exitcode=-9, rss=int(3.1 * (1 << 30))).error("while running x", "")
+    assert "SIGKILL: often the out-of-memory killer" in str(error)
+    assert "RSS was 3.1 GiB" in str(error)
+
+
+def test_map_async_and_close_join_do_not_hang_on_a_dead_worker(ctx):
+    pool = ctx.Pool(2)
+    result = pool.map_async(lambda i: os._exit(1) if i == 0 else i, range(4), chunksize=1)
+    pool.close()
+    with pytest.raises(nbmp.WorkerLostError):
+        result.get(TIMEOUT)
+    pool.join()
+
+
+def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
+    def init() -> None:
+        raise RuntimeError("no GPU here")
+
+    pool = ctx.Pool(2, initializer=init)
+    try:
+        # the first call raises the initializer's error, or finds the Pool closed because of it
+        with pytest.raises((RuntimeError, ValueError), match="no GPU here"):
+            pool.map(abs, range(4))
+        with pytest.raises(ValueError, match="initializer raised RuntimeError: no GPU here") as info:
+            pool.map(abs, range(4))
+        assert isinstance(info.value.__cause__, RuntimeError)
+    finally:
+        pool.terminate()
+
+
+def test_killing_idle_workers_loses_nothing(ctx):
+    with ctx.Pool(2) as pool:
+        for round in range(4):
+            pids = pool.map(lambda _: os.getpid(), range(8), chunksize=1)
+            # An idle worker may hold the task queue's lock (waiting for a task) or still hold
+            # the result queue's lock (just after writing): the parent frees either.
+            os.kill(pids[-1], signal.SIGKILL)
+            assert pool.map(lambda x: x * round, range(6), chunksize=1) == [x * round for x in range(6)]
+
+
+# --------------------------------------------------------------------------
+# Exceptions raised by tasks
+# --------------------------------------------------------------------------
+
+
+def test_exception_keeps_type_and_chains_worker_traceback(ctx):
+    def task(x: int) -> None:
+        raise KeyError(f"missing {x}")  # the line the traceback must show
+
+    with ctx.Pool(1) as pool:
+        with pytest.raises(KeyError, match="missing 5") as info:
+            pool.map(task, [5])
+    cause = info.value.__cause__
+    from multiprocessing.pool import RemoteTraceback
+    assert isinstance(cause, RemoteTraceback)
+    assert 'raise KeyError(f"missing {x}")' in str(cause)
+    assert "Pool worker 0 (pid" in str(cause)
+    assert "_pool_worker.py" not in str(cause)
+
+
+def test_cell_defined_exception_class_unpickles_as_itself_under_spawn():
+    out = run_main("""
+        import nbmp
+
+        class MyError(Exception):
+            pass
+
+        def task(x):
+            raise MyError(x)
+
+        for method in nbmp.get_all_start_methods():
+            with nbmp.get_context(method).Pool(1) as pool:
+                try:
+                    pool.map(task, [1])
+                except MyError as e:
+                    print(method, "caught", "in task" in str(e.__cause__))
+    """)
+    assert out.count("caught True") == len(nbmp.get_all_start_methods())
+
+
+def test_exception_that_cannot_unpickle_becomes_remote_task_error(ctx):
+    def task(_: int) -> None:
+        class Picky(Exception):
+            def __init__(self, a: int, b: int) -> None:  # pickle re-calls __init__ with 1 arg
+                super().__init__(a)
+        raise Picky(1, 2)
+
+    with ctx.Pool(1) as pool:
+        with pytest.raises(nbmp.RemoteTaskError, match="Picky: 1") as info:
+            pool.apply(task, (0,))
+        assert "Picky" in info.value.exc_type
+        assert pool.apply(abs, (-1,)) == 1
+
+
+# --------------------------------------------------------------------------
+# Progress
+# --------------------------------------------------------------------------
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.events: List[Any] = []
+
+    def handle(self, event: Any) -> None:
+        self.events.append(event)
+
+
+def test_progress_events_reach_a_sink(ctx):
+    sink = Sink()
+    with ctx.Pool(2) as pool:
+        assert pool.map(abs, range(-10, 0), chunksize=3, progress=sink) == list(range(10, 0, -1))
+    kinds = [type(e) for e in sink.events]
+    assert kinds[0] is RunStarted and kinds[-1] is RunFinished and TaskProgress in kinds
+    progress = [e for e in sink.events if isinstance(e, TaskProgress)]
+    assert progress[-1].done == progress[-1].total == 10
+    assert [e.done for e in progress] == sorted(e.done for e in progress)
+    assert sink.events[0].target == "map(abs)" and sink.events[-1].ok
+
+
+def test_progress_false_emits_nothing_and_true_draws_a_bar(capsys):
+    with nbmp.Pool(2) as pool:
+        pool.map(abs, range(20), progress=False)
+        assert capsys.readouterr().err == ""
+        pool.starmap(pow, [(2, 3)] * 10, progress=True)
+    err = capsys.readouterr().err
+    assert "starmap(pow): 100%|" in err and "10/10" in err and err.endswith("\n")
+
+
+def test_text_bar_redraws_in_place_on_a_terminal():
+    from nbmp._progress import TextBar
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    now = [0.0]
+    stream = Tty()
+    bar = TextBar(stream, clock=lambda: now[0])
+    bar.handle(RunStarted(1, "map(f)", "fork", 2))
+    for done in (0, 5, 10):
+        now[0] += 1
+        bar.handle(TaskProgress(1, None, done, 10))
+    bar.handle(RunFinished(1, True))
+    text = stream.getvalue()
+    assert text.count("\r") == 2 and "5/10" in text and text.endswith("100%|" + "#" * 24 + "| 10/10 [00:03<00:00, 3.3 it/s]\n")
+
+
+def test_auto_progress_stays_quiet_for_quick_maps(capsys):
+    with nbmp.Pool(1) as pool:
+        pool.map(abs, range(5))
+    assert capsys.readouterr().err == ""
+
+
+def test_bad_progress_value_is_a_type_error():
+    with nbmp.Pool(1) as pool:
+        with pytest.raises(TypeError, match="progress must be True, False, None"):
+            pool.map(abs, [1], progress="yes")
+
+
+# --------------------------------------------------------------------------
+# parallel_map and input checks
+# --------------------------------------------------------------------------
+
+
+def test_parallel_map(start_method):
+    assert nbmp.parallel_map(lambda x: x * 3, iter(range(5)), workers=2, start_method=start_method) == \
+        [0, 3, 6, 9, 12]
+    assert nbmp.parallel_map(abs, [], workers=1) == []
+
+
+def test_parallel_map_raises_worker_lost():
+    with pytest.raises(nbmp.WorkerLostError, match="SIGKILL"):
+        nbmp.parallel_map(lambda x: os.kill(os.getpid(), signal.SIGKILL), [1, 2], workers=2, progress=False)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: nbmp.Pool(0), ValueError, "processes must be a positive int"),
+    (lambda: nbmp.Pool("2"), TypeError, "processes must be a positive int or None, not '2'"),
+    (lambda: nbmp.Pool(1, initializer=3), TypeError, "initializer must be a callable"),
+    (lambda: nbmp.parallel_map(abs, [1], workers=0), ValueError, "workers must be a positive int"),
+    (lambda: nbmp.parallel_map(3, [1]), TypeError, "func must be callable, not 3"),
+    (lambda: nbmp.parallel_map(abs, [1], start_method="threads"), ValueError, "unknown start method 'threads'"),
+])
+def test_bad_input_is_refused_before_any_process_starts(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_bad_task_arguments_are_refused(ctx):
+    with ctx.Pool(1) as pool:
+        with pytest.raises(TypeError, match="func must be callable"):
+            pool.map(None, [1])
+        with pytest.raises(ValueError, match="chunksize must be a positive int"):
+            pool.map(abs, [1], chunksize=0)
+        with pytest.raises(TypeError, match="func must be callable"):
+            pool.apply_async(1)

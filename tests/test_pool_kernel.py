@@ -1,0 +1,94 @@
+"""nbmp.Pool as a notebook user meets it, in a real ipykernel: warm pools across cells,
+the interrupt button during a map, crash and exception reports."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+
+import pytest
+
+from conftest import TIMEOUT, child_pids
+
+pytestmark = pytest.mark.kernel
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_warm_pool_runs_the_latest_definition(kernel, method):
+    kernel.run(f"import nbmp\npool = nbmp.get_context({method!r}).Pool(2)\n"
+               "def h(x):\n    return ('old', x)").raise_for_error()
+    assert kernel.run("pool.map(h, [1])").raise_for_error().result == "[('old', 1)]"
+    kernel.run("def h(x):\n    return ('new', x)").raise_for_error()
+    assert kernel.run("pool.map(h, [2])").raise_for_error().result == "[('new', 2)]"
+    kernel.run("pool.terminate(); del pool").raise_for_error()
+
+
+def _wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_interrupt_cancels_the_map_and_leaves_no_worker(kernel, method):
+    marks = tempfile.mkdtemp()
+    kernel.run(f"import nbmp, os, time\npool = nbmp.get_context({method!r}).Pool(2)\n"
+               f"def slow(i):\n"
+               f"    open(os.path.join({marks!r}, str(i)), 'w').close()\n"
+               f"    time.sleep(600)\n").raise_for_error()
+    before = child_pids()
+    cells = []
+    runner = threading.Thread(target=lambda: cells.append(kernel.run("pool.map(slow, range(8), chunksize=1)",
+                                                                      timeout=TIMEOUT * 2)))
+    runner.start()
+    _wait_for(lambda: len(os.listdir(marks)) >= 2, "both workers to start a task")
+    kernel.manager.interrupt_kernel()
+    runner.join(TIMEOUT * 2)
+    assert cells, "the interrupted cell never finished"
+    cell = cells[0]
+    assert cell.error is not None and cell.error["ename"] == "KeyboardInterrupt"
+    # one KeyboardInterrupt (the caller's), not one traceback per worker
+    assert "PoolWorker" not in cell.stderr and cell.stderr.count("KeyboardInterrupt") <= 1
+    _wait_for(lambda: not (child_pids() - before) or child_pids() <= before, "workers to exit")
+    # workers' fd-level stderr reaches the notebook late, attributed to the next cell
+    late = kernel.run("time.sleep(1)").raise_for_error()
+    assert "KeyboardInterrupt" not in late.stderr + late.stdout
+    after = kernel.run("(pool._state, [p.pid for p in nbmp.active_children()])").raise_for_error()
+    assert after.result == "('TERMINATE', [])"
+    # the kernel stays usable, and so does nbmp
+    assert kernel.run("nbmp.parallel_map(abs, [-1, -2], workers=2)").raise_for_error().result == "[1, 2]"
+    # the interrupt's traceback (sys.last_*) references the Pool, whose spawn semaphores live with it
+    kernel.run("import sys, gc\nsys.last_traceback = sys.last_value = sys.last_exc = None\n"
+               "del pool\ngc.collect()").raise_for_error()
+
+
+def test_crash_and_exception_reports_in_a_cell(kernel):
+    cell = kernel.run("import nbmp, os, signal\n"
+                      "with nbmp.Pool(2) as pool:\n"
+                      "    pool.map(lambda i: os.kill(os.getpid(), signal.SIGKILL), [1])")
+    assert cell.error["ename"] == "WorkerLostError"
+    assert "SIGKILL" in cell.error["evalue"] and "Pool worker" in cell.error["evalue"]
+    kernel.run("class CellError(Exception):\n    pass\n"
+               "def fails(x):\n    raise CellError(f'bad {x}')  # this cell's line").raise_for_error()
+    cell = kernel.run("with nbmp.get_context('spawn').Pool(1) as pool:\n"
+                      "    try:\n        pool.map(fails, [3])\n"
+                      "    except CellError as e:\n        caught = e\n"
+                      "print(str(caught.__cause__))\n"
+                      "del caught, pool  # a spawn Pool's semaphores live as long as the Pool")
+    cell.raise_for_error()
+    # the worker never saw this notebook's cells; the parent filled in the source line
+    assert "raise CellError(f'bad {x}')  # this cell's line" in cell.stdout
+    assert "CellError: bad 3" in cell.stdout
+
+
+def test_progress_in_a_kernel_is_one_compact_line(kernel):
+    # with the text front end chosen (a notebook's default is the dashboard widget)
+    cell = kernel.run("nbmp.set_dashboard('text')\n"
+                      "try:\n    out = nbmp.parallel_map(abs, range(50), workers=2, progress=True)[-1]\n"
+                      "finally:\n    nbmp.set_dashboard(None)\nout")
+    cell.raise_for_error()
+    assert cell.result == "49"
+    assert "map(abs): 100%" in cell.stderr and cell.stderr.count("\n") == 1
