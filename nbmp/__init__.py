@@ -18,6 +18,9 @@ import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
 from ._pickling import PicklingError
+from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
+                       get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
+                       shm_usage, zeros)
 
 __version__ = "0.1.0"
 
@@ -26,4 +29,8 @@ for _name in _multiprocessing.__all__:
     globals()[_name] = getattr(_default_context, _name)
 del _name
 
-__all__ = [*_multiprocessing.__all__, "PicklingError"]
+__all__ = [*_multiprocessing.__all__, "PicklingError",
+           # shared memory for arrays and tensors (nbmp._sharing)
+           "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
+           "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
+           "get_sharing_threshold", "set_sharing_threshold"]

@@ -1,0 +1,210 @@
+"""Segments: making, mapping and sending shared-memory segments, and finding the one under an address.
+
+A segment travels as a :class:`Handle` naming a *ticket*: one reference to the
+segment, registered with the tree's janitor by the sender before the message
+leaves, and turned into the receiver's own hold when it maps the segment. So the
+memory lives while any process maps it or any message carrying it is unread --
+whatever order the processes exit in -- and is freed by the janitor when the
+last reference goes, or when the tree's root process dies.
+
+Each process keeps a registry of the segments it maps, by address, so that any
+array or tensor whose data lies in one (a view, a slice, a transpose) is found
+and sent as a handle.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import itertools
+import mmap
+import os
+import secrets
+import weakref
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+
+from . import _client, _space, _strategies
+
+__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "attach", "find", "live"]
+
+
+class Handle(NamedTuple):
+    """What crosses the process boundary for one segment."""
+
+    root: int        # whose janitor holds the references
+    seg: str
+    ticket: str
+    size: int
+    path: str        # "-" for a file_descriptor segment
+
+
+class Mapped:
+    """A segment mapped in this process; the mmap object's life is the mapping's."""
+
+    __slots__ = ("seg", "root", "size", "path", "start", "mm", "__weakref__")
+
+    def __init__(self, handle: Handle, mm: mmap.mmap) -> None:
+        self.seg, self.root, self.size, self.path = handle.seg, handle.root, handle.size, handle.path
+        self.mm: "weakref.ref[mmap.mmap]" = weakref.ref(mm)
+        buf = ctypes.c_char.from_buffer(mm)
+        self.start = ctypes.addressof(buf)
+        del buf  # the export would pin the mapping
+
+
+_by_seg: Dict[str, Mapped] = {}
+_starts: List[int] = []
+_at_start: Dict[int, Mapped] = {}
+_pid = os.getpid()
+_token = secrets.token_hex(3)
+_counter = itertools.count()
+
+
+def _new_name() -> str:
+    global _pid, _token, _counter
+    if _pid != os.getpid():  # forked: a fresh namespace, so names never collide with the parent's
+        _pid, _token, _counter = os.getpid(), secrets.token_hex(3), itertools.count()
+    return f"{_pid}-{next(_counter)}-{_token}"
+
+
+# --------------------------------------------------------------------------
+# Making segments
+# --------------------------------------------------------------------------
+
+
+def _open_new(size: int) -> Tuple[int, str, str]:
+    """A new, empty segment file: (fd, segment id, path or '-')."""
+    strategy, where = _strategies.get_sharing_strategy(), _strategies.directory()
+    _space.check_fits(size, strategy, where)
+    seg = _new_name()
+    if strategy == "file_descriptor":
+        return os.memfd_create(f"nbmp-{seg}", os.MFD_CLOEXEC), seg, "-"
+    path = os.path.join(where, f"nbmp-{seg}")
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), seg, path
+
+
+def _discard(fd: int, path: str) -> None:
+    os.close(fd)
+    if path != "-":
+        os.unlink(path)
+
+
+def create(nbytes: int) -> mmap.mmap:
+    """A new zero-filled segment of ``nbytes``, mapped and held by this process."""
+    size = max(nbytes, 1)
+    fd, seg, path = _open_new(size)
+    try:
+        _space.reserve(fd, size, path if path != "-" else "a memory file")
+        mm = mmap.mmap(fd, size)
+        root = _client.tree_root()
+        _client.send(root, f"new {seg} {size} {path}\n", [fd] if path == "-" else ())
+    except BaseException:
+        _discard(fd, path)
+        raise
+    os.close(fd)
+    _register(Handle(root, seg, "", size, path), mm)
+    return mm
+
+
+def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
+    """A new segment filled by ``fill(fd, size)`` and held only by the ticket returned."""
+    size = max(nbytes, 1)
+    fd, seg, path = _open_new(size)
+    try:
+        fill(fd, size)
+        root, ticket = _client.tree_root(), _new_name()
+        _client.send(root, f"nt {seg} {ticket} {size} {path}\n", [fd] if path == "-" else ())
+    except BaseException:
+        _discard(fd, path)
+        raise
+    os.close(fd)
+    return Handle(root, seg, ticket, size, path)
+
+
+# --------------------------------------------------------------------------
+# Sending and receiving
+# --------------------------------------------------------------------------
+
+
+def ticket_for(mapped: Mapped) -> Handle:
+    """A handle for a segment this process maps: one more reference, carried by a ticket."""
+    ticket = _new_name()
+    _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
+    return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
+
+
+def attach(handle: Handle) -> mmap.mmap:
+    """Map the segment ``handle`` names (its ticket becomes this process's hold)."""
+    known = _by_seg.get(handle.seg)
+    mm = known.mm() if known is not None else None
+    if mm is not None:  # already mapped here: the ticket's reference is not needed
+        _client.send(handle.root, f"drop {handle.ticket}\n")
+        return mm
+    fd = _open_received(handle)
+    try:
+        mm = mmap.mmap(fd, handle.size)
+    finally:
+        os.close(fd)
+    _register(handle, mm)
+    return mm
+
+
+def _open_received(handle: Handle) -> int:
+    if handle.path != "-":
+        try:
+            fd = os.open(handle.path, os.O_RDWR)
+        except FileNotFoundError:
+            raise RuntimeError(_gone(handle)) from None
+        _client.send(handle.root, f"own {handle.ticket}\n")
+        return fd
+    reply, fds = _client.request(handle.root, f"take {handle.ticket}\n")
+    if not reply.startswith("ok") or not fds:
+        raise RuntimeError(_gone(handle))
+    for extra in fds[1:]:
+        os.close(extra)
+    return fds[0]
+
+
+def _gone(handle: Handle) -> str:
+    return (f"shared-memory segment nbmp-{handle.seg} was already freed when it arrived: the process that "
+            f"sent it did not hold it (e.g. a forked child re-sending an array its parent had let go of). "
+            f"Fix: keep the array alive in the process that made it until the receivers have it.")
+
+
+# --------------------------------------------------------------------------
+# The registry of mapped segments
+# --------------------------------------------------------------------------
+
+
+def _register(handle: Handle, mm: mmap.mmap) -> None:
+    mapped = Mapped(handle, mm)
+    _by_seg[mapped.seg] = mapped
+    bisect.insort(_starts, mapped.start)
+    _at_start[mapped.start] = mapped
+    weakref.finalize(mm, _unregister, mapped, os.getpid())
+
+
+def _unregister(mapped: Mapped, holder: int) -> None:
+    if _at_start.get(mapped.start) is mapped:
+        del _at_start[mapped.start]
+        _starts.pop(bisect.bisect_left(_starts, mapped.start))
+    if _by_seg.get(mapped.seg) is mapped:
+        del _by_seg[mapped.seg]
+    if holder == os.getpid():  # a forked child inherits the mapping, not the hold
+        try:
+            _client.send(mapped.root, f"rel {mapped.seg}\n")
+        except OSError:
+            pass  # the janitor is gone (root exited): nothing left to release
+
+
+def find(address: int) -> Optional[Mapped]:
+    """The segment mapped in this process that contains ``address``, if any."""
+    i = bisect.bisect_right(_starts, address) - 1
+    if i < 0:
+        return None
+    mapped = _at_start[_starts[i]]
+    return mapped if address < mapped.start + mapped.size and mapped.mm() is not None else None
+
+
+def live() -> List[Mapped]:
+    """The segments mapped by this process now."""
+    return [m for m in _by_seg.values() if m.mm() is not None]

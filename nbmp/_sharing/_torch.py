@@ -1,0 +1,123 @@
+"""torch CPU tensors through nbmp's pickler, and sharing a tensor in place.
+
+Installed the first time torch is imported (never imported here to register).
+A tensor whose storage lies in an nbmp segment crosses as a handle (its storage
+offset, size and strides travel along, so views stay views); a big unshared CPU
+tensor is copied once into a new segment; a small one goes by torch's own
+pickling. ``nn.Parameter`` comes back as a Parameter with its ``requires_grad``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Optional, Tuple
+
+from .. import _pickling
+from . import _segments, _strategies
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["install", "share_", "is_shared", "check_cpu"]
+
+_WRITE_CHUNK = 1 << 30
+
+
+def check_cpu(t: "torch.Tensor") -> None:
+    """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
+    if t.device.type != "cpu":
+        raise ValueError(
+            f"a {t.device.type.upper()} tensor ({t.device}) cannot be put in nbmp's shared memory, which "
+            f"holds CPU memory only. Fix: send t.cpu() and move it back with .to('{t.device}') in the "
+            f"receiver, or create it on the device inside the worker (start_method='spawn' for CUDA work).")
+
+
+def _storage_segment(t: "torch.Tensor") -> Optional[Tuple[_segments.Mapped, int]]:
+    storage = t.untyped_storage()
+    mapped = _segments.find(storage.data_ptr())
+    if mapped is None or storage.data_ptr() + storage.nbytes() > mapped.start + mapped.size:
+        return None
+    return mapped, storage.data_ptr() - mapped.start
+
+
+def is_shared(t: "torch.Tensor") -> bool:
+    return t.device.type == "cpu" and (_storage_segment(t) is not None or t.is_shared())
+
+
+def _uint8_over(mm: Any, offset: int, nbytes: int) -> "torch.Tensor":
+    import torch
+    return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else \
+        torch.empty(0, dtype=torch.uint8)
+
+
+def share_(t: "torch.Tensor") -> "torch.Tensor":
+    """Move ``t``'s storage into a new nbmp segment, in place (like ``Tensor.share_memory_``)."""
+    import torch
+    check_cpu(t)
+    if _storage_segment(t) is not None:
+        return t
+    storage = t.untyped_storage()
+    nbytes = storage.nbytes()
+    moved = _uint8_over(_segments.create(nbytes), 0, nbytes)
+    moved.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+    with torch.no_grad():
+        t.set_(moved.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    return t
+
+
+# --------------------------------------------------------------------------
+# The reducer
+# --------------------------------------------------------------------------
+
+
+def _reduce_tensor(t: "torch.Tensor") -> Any:
+    import torch
+    cls = type(t)
+    if (cls is not torch.Tensor and cls is not torch.nn.Parameter) or t.layout != torch.strided \
+            or t.is_quantized or t.is_nested:
+        return NotImplemented
+    check_cpu(t)
+    if t.requires_grad and not t.is_leaf:
+        raise ValueError("cannot send a tensor that requires grad and is not a leaf: autograd does not cross "
+                         "processes. Fix: send t.detach() (and call requires_grad_() in the receiver).")
+    found = _storage_segment(t)
+    if found is not None:
+        mapped, offset = found
+        handle = _segments.ticket_for(mapped)
+        layout = (offset, t.untyped_storage().nbytes(), t.storage_offset(), tuple(t.size()), t.stride())
+        return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
+    if t.untyped_storage().nbytes() < _strategies.get_sharing_threshold():
+        return NotImplemented
+    return _reduce_moved(t, cls)
+
+
+def _reduce_moved(t: "torch.Tensor", cls: type) -> Any:
+    data = t.detach().resolve_conj().resolve_neg().contiguous()
+    flat = data.reshape(-1).view(__import__("torch").uint8).numpy()
+    handle = _segments.create_moved(flat.nbytes, lambda fd, size: _fill(fd, size, flat))
+    layout = (0, flat.nbytes, 0, tuple(t.size()), data.stride())
+    return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
+
+
+def _fill(fd: int, size: int, flat: Any) -> None:
+    view, done = memoryview(flat), 0
+    while done < flat.nbytes:
+        done += os.write(fd, view[done:done + _WRITE_CHUNK])
+    if size > flat.nbytes:
+        os.ftruncate(fd, size)
+
+
+def _rebuild_tensor(handle: _segments.Handle, layout: Tuple[int, int, int, Tuple[int, ...], Tuple[int, ...]],
+                    dtype: "torch.dtype", cls: type, requires_grad: bool) -> "torch.Tensor":
+    import torch
+    offset, nbytes, storage_offset, size, stride = layout
+    storage = _uint8_over(_segments.attach(handle), offset, nbytes).untyped_storage()
+    t = torch.empty(0, dtype=dtype).set_(storage, storage_offset, size, stride)
+    if cls is torch.nn.Parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def install() -> None:
+    import torch
+    _pickling.register_reducer(torch.Tensor, _reduce_tensor, subclasses=True)
