@@ -38,17 +38,36 @@ class Handle(NamedTuple):
     path: str        # "-" for a file_descriptor segment
 
 
+Buffer = ctypes.Array  # a c_char array over the mapping; arrays and tensors keep it alive
+
+
 class Mapped:
-    """A segment mapped in this process; the mmap object's life is the mapping's."""
+    """A segment mapped in this process; the buffer object's life is the mapping's."""
 
     __slots__ = ("seg", "root", "size", "path", "start", "mm", "__weakref__")
 
-    def __init__(self, handle: Handle, mm: mmap.mmap) -> None:
+    def __init__(self, handle: Handle, buf: Buffer) -> None:
         self.seg, self.root, self.size, self.path = handle.seg, handle.root, handle.size, handle.path
-        self.mm: "weakref.ref[mmap.mmap]" = weakref.ref(mm)
-        buf = ctypes.c_char.from_buffer(mm)
+        self.mm: "weakref.ref[Buffer]" = weakref.ref(buf)
         self.start = ctypes.addressof(buf)
-        del buf  # the export would pin the mapping
+
+
+# mmap through libc rather than the mmap module: an mmap.mmap object keeps a duplicate
+# of its file descriptor open for its whole life (before Python 3.13's trackfd=False),
+# and thousands of arrays in flight would exhaust the process's descriptors.
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _map(fd: int, size: int) -> Buffer:
+    address = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    if address in (None, _MAP_FAILED):
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot map a shared-memory segment of {size} bytes: {os.strerror(err)}")
+    return (ctypes.c_char * size).from_address(address)
 
 
 _by_seg: Dict[str, Mapped] = {}
@@ -88,13 +107,13 @@ def _discard(fd: int, path: str) -> None:
         os.unlink(path)
 
 
-def create(nbytes: int) -> mmap.mmap:
+def create(nbytes: int) -> Buffer:
     """A new zero-filled segment of ``nbytes``, mapped and held by this process."""
     size = max(nbytes, 1)
     fd, seg, path = _open_new(size)
     try:
         _space.reserve(fd, size, path if path != "-" else "a memory file")
-        mm = mmap.mmap(fd, size)
+        mm = _map(fd, size)
         root = _client.tree_root()
         _client.send(root, f"new {seg} {size} {path}\n", [fd] if path == "-" else ())
     except BaseException:
@@ -132,7 +151,7 @@ def ticket_for(mapped: Mapped) -> Handle:
     return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
 
 
-def attach(handle: Handle) -> mmap.mmap:
+def attach(handle: Handle) -> Buffer:
     """Map the segment ``handle`` names (its ticket becomes this process's hold)."""
     known = _by_seg.get(handle.seg)
     mm = known.mm() if known is not None else None
@@ -141,7 +160,7 @@ def attach(handle: Handle) -> mmap.mmap:
         return mm
     fd = _open_received(handle)
     try:
-        mm = mmap.mmap(fd, handle.size)
+        mm = _map(fd, handle.size)
     finally:
         os.close(fd)
     _register(handle, mm)
@@ -175,15 +194,17 @@ def _gone(handle: Handle) -> str:
 # --------------------------------------------------------------------------
 
 
-def _register(handle: Handle, mm: mmap.mmap) -> None:
-    mapped = Mapped(handle, mm)
+def _register(handle: Handle, buf: Buffer) -> None:
+    mapped = Mapped(handle, buf)
     _by_seg[mapped.seg] = mapped
     bisect.insort(_starts, mapped.start)
     _at_start[mapped.start] = mapped
-    weakref.finalize(mm, _unregister, mapped, os.getpid())
+    # Not at exit: arrays may still be in use while the interpreter shuts down.
+    weakref.finalize(buf, _unregister, mapped, os.getpid()).atexit = False
 
 
 def _unregister(mapped: Mapped, holder: int) -> None:
+    _libc.munmap(mapped.start, mapped.size)  # the buffer is dead: nothing can reach the memory
     if _at_start.get(mapped.start) is mapped:
         del _at_start[mapped.start]
         _starts.pop(bisect.bisect_left(_starts, mapped.start))
