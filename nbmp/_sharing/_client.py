@@ -29,7 +29,6 @@ _lock = threading.RLock()
 _conns: Dict[int, socket.socket] = {}
 _conns_pid = os.getpid()
 _root: Optional[int] = None
-_fork_hook_installed = False
 
 
 def tree_root() -> int:
@@ -50,21 +49,23 @@ def tree_root() -> int:
 
 
 def _forget_connections() -> None:
-    global _conns, _conns_pid
+    global _conns, _conns_pid, _lock
+    # The lock may have been held by a thread of the parent that does not exist here.
+    _lock = threading.RLock()
     for conn in _conns.values():
         conn.close()  # our copy of the parent's socket; the parent keeps its own
     _conns, _conns_pid = {}, os.getpid()
 
 
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_connections)
+
+
 def _connection(root: int) -> socket.socket:
-    global _fork_hook_installed
     if _conns_pid != os.getpid():
         _forget_connections()
     conn = _conns.get(root)
     if conn is None:
-        if not _fork_hook_installed and hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=_forget_connections)
-            _fork_hook_installed = True
         conn = _conns[root] = _connect(root)
     return conn
 

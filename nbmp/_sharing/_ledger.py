@@ -18,6 +18,12 @@ class ShmUsage:
     ``local_segments``/``local_bytes`` those mapped by this process;
     ``in_flight`` the handles sent and not yet received; ``shm_total``/``shm_free``
     the size and free space of the tmpfs that file_system segments use (``/dev/shm``).
+
+    Example::
+
+        >>> u = nbmp.shm_usage()
+        >>> f"{u.segments} segments, {u.bytes / 2**20:.0f} MiB; {u.shm_free / 2**30:.1f} GiB free"
+        '0 segments, 0 MiB; 23.5 GiB free'
     """
 
     segments: int

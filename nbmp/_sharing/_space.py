@@ -16,7 +16,16 @@ __all__ = ["SharedMemoryFullError", "space", "check_fits", "reserve"]
 
 
 class SharedMemoryFullError(MemoryError):
-    """A shared-memory allocation would not fit; the message says what to do."""
+    """A shared-memory allocation would not fit; the message says what to do.
+
+    Example::
+
+        >>> try:
+        ...     nbmp.zeros(1 << 50, dtype="uint8")
+        ... except nbmp.SharedMemoryFullError as e:
+        ...     print(str(e)[:40])
+        cannot put 1024.0 TiB in shared memory
+    """
 
 
 def space(directory: str) -> Tuple[int, int]:
@@ -65,8 +74,8 @@ def reserve(fd: int, nbytes: int, where: str) -> None:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
