@@ -142,7 +142,9 @@ class Janitor:
             try:
                 self.handle(conn, line.decode())
             except OSError:
-                return False
+                return False  # its process is gone
+            except Exception:
+                continue  # a malformed message must never take the janitor down
         return True
 
     def close(self, conn: socket.socket) -> None:

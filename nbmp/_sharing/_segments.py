@@ -20,6 +20,7 @@ import itertools
 import mmap
 import os
 import secrets
+import threading
 import weakref
 from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -69,6 +70,18 @@ def _map(fd: int, size: int) -> Buffer:
         raise OSError(err, f"cannot map a shared-memory segment of {size} bytes: {os.strerror(err)}")
     return (ctypes.c_char * size).from_address(address)
 
+
+# Reentrant: a finalizer (unregister) may run while this thread is inside find().
+_lock = threading.RLock()
+
+
+def _new_lock_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()  # the parent's may have been held by a thread that is not here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_in_child)
 
 _by_seg: Dict[str, Mapped] = {}
 _starts: List[int] = []
@@ -196,20 +209,24 @@ def _gone(handle: Handle) -> str:
 
 def _register(handle: Handle, buf: Buffer) -> None:
     mapped = Mapped(handle, buf)
-    _by_seg[mapped.seg] = mapped
-    bisect.insort(_starts, mapped.start)
-    _at_start[mapped.start] = mapped
+    with _lock:
+        _by_seg[mapped.seg] = mapped
+        bisect.insort(_starts, mapped.start)
+        _at_start[mapped.start] = mapped
     # Not at exit: arrays may still be in use while the interpreter shuts down.
     weakref.finalize(buf, _unregister, mapped, os.getpid()).atexit = False
 
 
 def _unregister(mapped: Mapped, holder: int) -> None:
-    _libc.munmap(mapped.start, mapped.size)  # the buffer is dead: nothing can reach the memory
-    if _at_start.get(mapped.start) is mapped:
-        del _at_start[mapped.start]
-        _starts.pop(bisect.bisect_left(_starts, mapped.start))
-    if _by_seg.get(mapped.seg) is mapped:
-        del _by_seg[mapped.seg]
+    with _lock:
+        if _at_start.get(mapped.start) is mapped:
+            del _at_start[mapped.start]
+            _starts.pop(bisect.bisect_left(_starts, mapped.start))
+        if _by_seg.get(mapped.seg) is mapped:
+            del _by_seg[mapped.seg]
+    # Unmapped only once out of the registry, so a new mapping at the same address is not
+    # mistaken for this one; the buffer is dead, so nothing can reach the memory any more.
+    _libc.munmap(mapped.start, mapped.size)
     if holder == os.getpid():  # a forked child inherits the mapping, not the hold
         try:
             _client.send(mapped.root, f"rel {mapped.seg}\n")
@@ -219,11 +236,12 @@ def _unregister(mapped: Mapped, holder: int) -> None:
 
 def find(address: int) -> Optional[Mapped]:
     """The segment mapped in this process that contains ``address``, if any."""
-    i = bisect.bisect_right(_starts, address) - 1
-    if i < 0:
+    with _lock:
+        i = bisect.bisect_right(_starts, address) - 1
+        mapped = _at_start.get(_starts[i]) if i >= 0 else None
+    if mapped is None or address >= mapped.start + mapped.size or mapped.mm() is None:
         return None
-    mapped = _at_start[_starts[i]]
-    return mapped if address < mapped.start + mapped.size and mapped.mm() is not None else None
+    return mapped
 
 
 def live() -> List[Mapped]:
