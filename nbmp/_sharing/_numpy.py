@@ -21,9 +21,6 @@ if TYPE_CHECKING:
 
 __all__ = ["install", "zeros", "data_address", "span"]
 
-_WRITE_CHUNK = 1 << 30
-
-
 def data_address(arr: "np.ndarray") -> int:
     return arr.__array_interface__["data"][0]  # type: ignore[no-any-return]
 
@@ -84,12 +81,7 @@ def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
     """Copy ``arr``'s data into the new segment file ``fd``: the one copy of a move."""
     import numpy as np
     if arr.flags.c_contiguous or arr.flags.f_contiguous:
-        flat = (arr if arr.flags.c_contiguous else arr.T).reshape(-1).view(np.uint8)
-        view, done = memoryview(flat), 0
-        while done < arr.nbytes:
-            done += os.write(fd, view[done:done + _WRITE_CHUNK])
-        if size > arr.nbytes:
-            os.ftruncate(fd, size)
+        _segments.write_all(fd, size, (arr if arr.flags.c_contiguous else arr.T).reshape(-1).view(np.uint8))
         return
     os.ftruncate(fd, size)  # strided: gather the elements straight into the mapping
     with mmap.mmap(fd, size) as mm:

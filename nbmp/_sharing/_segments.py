@@ -22,7 +22,7 @@ import os
 import secrets
 import threading
 import weakref
-from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import _client, _space, _strategies
 
@@ -135,6 +135,22 @@ def create(nbytes: int) -> Buffer:
     os.close(fd)
     _register(Handle(root, seg, "", size, path), mm)
     return mm
+
+
+_WRITE_CHUNK = 1 << 30
+
+
+def write_all(fd: int, size: int, flat: Any) -> None:
+    """Write the contiguous bytes ``flat`` (a uint8 buffer) to the new segment ``fd`` of ``size``.
+
+    One ``write`` into the memory file is the one copy of a move (cheaper than faulting
+    in a fresh mapping page by page).
+    """
+    view, done = memoryview(flat), 0
+    while done < view.nbytes:
+        done += os.write(fd, view[done:done + _WRITE_CHUNK])
+    if size > view.nbytes:
+        os.ftruncate(fd, size)
 
 
 def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:

@@ -14,7 +14,6 @@ file descriptors and shm manager, the leaks and limits nbmp is here to avoid.
 
 from __future__ import annotations
 
-import os
 import pickle
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
@@ -25,9 +24,6 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["install", "share_", "is_shared", "check_cpu"]
-
-_WRITE_CHUNK = 1 << 30
-
 
 def check_cpu(t: "torch.Tensor") -> None:
     """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
@@ -121,7 +117,7 @@ def _finish(t: "torch.Tensor", cls: type, requires_grad: bool) -> "torch.Tensor"
 
 def _reduce_moved(t: "torch.Tensor", cls: type) -> Any:
     flat = _contiguous_bytes(t)
-    handle = _segments.create_moved(flat.nbytes, lambda fd, size: _fill(fd, size, flat))
+    handle = _segments.create_moved(flat.nbytes, lambda fd, size: _segments.write_all(fd, size, flat))
     size = tuple(t.size())
     layout = (0, flat.nbytes, 0, size, _contiguous_strides(size))
     return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
@@ -133,14 +129,6 @@ def _contiguous_strides(size: Tuple[int, ...]) -> Tuple[int, ...]:
         strides.append(step)
         step *= max(n, 1)
     return tuple(reversed(strides))
-
-
-def _fill(fd: int, size: int, flat: Any) -> None:
-    view, done = memoryview(flat), 0
-    while done < flat.nbytes:
-        done += os.write(fd, view[done:done + _WRITE_CHUNK])
-    if size > flat.nbytes:
-        os.ftruncate(fd, size)
 
 
 def _rebuild_tensor(handle: _segments.Handle, layout: Tuple[int, int, int, Tuple[int, ...], Tuple[int, ...]],
