@@ -50,11 +50,30 @@ class PicklingError(pickle.PicklingError, TypeError):
 
 _reducers: Dict[type, Reducer] = {}
 _pending_frameworks: Dict[str, Callable[[], None]] = {}
+# Reducers that also apply to subclasses, and the per-type answer cached from them
+# (None: no such reducer), so that the pickler's hot path is one dict lookup.
+_subclass_reducers: Dict[type, Reducer] = {}
+_by_type: Dict[type, Optional[Reducer]] = {}
 
 
-def register_reducer(cls: type, reducer: Reducer) -> None:
-    """Make nbmp's pickler reduce instances of exactly ``cls`` with ``reducer``."""
-    _reducers[cls] = reducer
+def register_reducer(cls: type, reducer: Reducer, subclasses: bool = False) -> None:
+    """Make nbmp's pickler reduce instances of exactly ``cls`` with ``reducer``.
+
+    With ``subclasses=True`` the reducer also applies to instances of subclasses
+    of ``cls``, and may return ``NotImplemented`` to leave an object to ordinary
+    pickling (a small array, a subclass it cannot rebuild).
+    """
+    if subclasses:
+        _subclass_reducers[cls] = reducer
+        _by_type.clear()
+    else:
+        _reducers[cls] = reducer
+
+
+def _subclass_reducer(cls: type) -> Optional[Reducer]:
+    found = next((_subclass_reducers[base] for base in cls.__mro__ if base in _subclass_reducers), None)
+    _by_type[cls] = found
+    return found
 
 
 def register_framework_reducers(module_name: str, install: Callable[[], None]) -> None:
@@ -86,6 +105,18 @@ class Pickler(cloudpickle.Pickler):
         reduction.ForkingPickler._extra_reducers,
         cloudpickle.Pickler.dispatch_table,
     )
+
+    def reducer_override(self, obj: Any) -> Any:
+        # Called for every object but the builtin atoms: keep it one dict lookup.
+        try:
+            reducer = _by_type[type(obj)]
+        except KeyError:
+            reducer = _subclass_reducer(type(obj))
+        if reducer is not None:
+            reduced = reducer(obj)
+            if reduced is not NotImplemented:
+                return reduced
+        return super().reducer_override(obj)
 
 
 def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:

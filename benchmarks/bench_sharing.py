@@ -1,0 +1,278 @@
+"""Round trips of big float32 arrays parent -> worker -> parent, nbmp side by side with its peers,
+and the memory (summed PSS) of 4 workers reading one 1 GiB array.
+
+Run: PYTHONPATH=. python benchmarks/bench_sharing.py [--plot docs/img/sharing.png]
+Prints a Markdown table (medians; fewer repetitions for the slow peers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import multiprocessing as mp
+import statistics
+import sys
+import time
+from multiprocessing import resource_tracker, shared_memory
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import psutil
+
+import nbmp
+
+MiB = 1 << 20
+SIZES = {"1 MiB": MiB, "256 MiB": 256 * MiB, "1 GiB": 1024 * MiB}
+
+
+def median_time(one: Callable[[], Any], reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        one()
+        times.append(time.perf_counter() - t0)
+        gc.collect()
+    return statistics.median(times)
+
+
+def reps_for(nbytes: int, fast: bool) -> int:
+    if fast:
+        return 200
+    return 5 if nbytes <= 256 * MiB else 3
+
+
+# --------------------------------------------------------------------------
+# Echo workers: each returns what it gets
+# --------------------------------------------------------------------------
+
+
+def items(q: Any) -> Any:
+    while True:
+        item = q.get()
+        if item is None:
+            return
+        yield item
+
+
+def echo(q_in: Any, q_out: Any) -> None:
+    for item in items(q_in):
+        q_out.put(item)
+
+
+def echo_shm(q_in: Any, q_out: Any) -> None:
+    for name, shape, dtype in items(q_in):
+        shm = shared_memory.SharedMemory(name)
+        resource_tracker.unregister(shm._name, "shared_memory")  # the parent owns it
+        arr = np.ndarray(shape, dtype, buffer=shm.buf)
+        q_out.put((name, arr.shape, arr.dtype.str))
+        del arr
+        shm.close()
+
+
+class Echo:
+    def __init__(self, ctx: Any, target: Callable[..., None] = echo) -> None:
+        self.q_in, self.q_out = ctx.Queue(), ctx.Queue()
+        self.p = ctx.Process(target=target, args=(self.q_in, self.q_out), daemon=True)
+        self.p.start()
+
+    def round_trip(self, item: Any) -> Any:
+        self.q_in.put(item)
+        return self.q_out.get()
+
+    def close(self) -> None:
+        self.q_in.put(None)
+        self.p.join()
+
+
+# --------------------------------------------------------------------------
+# The contestants: each returns the median seconds per round trip for nbytes
+# --------------------------------------------------------------------------
+
+
+def nbmp_shared(nbytes: int) -> float:
+    a = nbmp.zeros(nbytes // 4, dtype="float32")
+    e = Echo(nbmp.get_context("fork"))
+    e.round_trip(a)
+    t = median_time(lambda: e.round_trip(a), 200)
+    e.close()
+    return t
+
+
+def nbmp_unshared(nbytes: int) -> float:
+    x = np.ones(nbytes // 4, dtype="float32")  # an ordinary array, already in memory
+    e = Echo(nbmp.get_context("fork"))
+    e.round_trip(x)
+    t = median_time(lambda: e.round_trip(x), reps_for(nbytes, nbytes <= MiB))
+    e.close()
+    return t
+
+
+def mp_queue(nbytes: int) -> Optional[float]:
+    x = np.ones(nbytes // 4, dtype="float32")
+    e = Echo(mp.get_context("fork"))
+    t = median_time(lambda: e.round_trip(x), 20 if nbytes <= MiB else 1)
+    e.close()
+    return t
+
+
+def mp_shared_memory(nbytes: int) -> float:
+    shm = shared_memory.SharedMemory(create=True, size=nbytes)
+    a = np.ndarray((nbytes // 4,), "float32", buffer=shm.buf)
+    a[:] = 1
+    e = Echo(mp.get_context("fork"), echo_shm)
+    handle = (shm.name, a.shape, a.dtype.str)
+    e.round_trip(handle)
+    t = median_time(lambda: e.round_trip(handle), 200)
+    e.close()
+    del a
+    shm.close()
+    shm.unlink()
+    return t
+
+
+def torch_shared(strategy: str) -> Callable[[int], Optional[float]]:
+    def run(nbytes: int) -> Optional[float]:
+        try:
+            import torch
+            import torch.multiprocessing as tmp
+        except ImportError:
+            return None
+        tmp.set_sharing_strategy(strategy)
+        t_ = torch.ones(nbytes // 4, dtype=torch.float32).share_memory_()
+        e = Echo(tmp.get_context("fork"))
+        e.round_trip(t_)
+        t = median_time(lambda: e.round_trip(t_), 200)
+        e.close()
+        return t
+    return run
+
+
+def _joblib_echo(x: Any) -> Any:
+    return x
+
+
+def joblib_memmap(nbytes: int) -> Optional[float]:
+    try:
+        from joblib import Parallel, delayed
+    except ImportError:
+        return None
+    x = np.ones(nbytes // 4, dtype="float32")
+    with Parallel(n_jobs=1 + 1, max_nbytes="1M", mmap_mode="r+") as par:
+        par(delayed(_joblib_echo)(x) for _ in range(1))
+        x[0] += 1  # a new content: joblib would otherwise reuse its cached dump
+        t = median_time(lambda: par(delayed(_joblib_echo)(x) for _ in range(1)), 3 if nbytes > MiB else 20)
+    return t
+
+
+def memcpy(nbytes: int) -> float:
+    src = np.ones(nbytes // 4, dtype="float32")
+    dst = np.empty_like(src)
+    dst[:] = 0
+    return median_time(lambda: np.copyto(dst, src), 5)
+
+
+def memcpy_fresh(nbytes: int) -> float:
+    src = np.ones(nbytes // 4, dtype="float32")
+    return median_time(lambda: np.copyto(np.empty_like(src), src), 3)
+
+
+CONTESTANTS: Dict[str, Callable[[int], Optional[float]]] = {
+    "nbmp, shared array (nbmp.zeros)": nbmp_shared,
+    "nbmp, ordinary array (moved once)": nbmp_unshared,
+    "multiprocessing.Queue (pickle)": mp_queue,
+    "multiprocessing.shared_memory by hand": mp_shared_memory,
+    "torch.multiprocessing, shared tensor (file_descriptor)": torch_shared("file_descriptor"),
+    "torch.multiprocessing, shared tensor (file_system)": torch_shared("file_system"),
+    "joblib memmapping (loky)": joblib_memmap,
+    "one-process memcpy (prefaulted)": memcpy,
+    "one-process memcpy (fresh pages)": memcpy_fresh,
+}
+
+
+# --------------------------------------------------------------------------
+# Memory: 4 workers reading one array
+# --------------------------------------------------------------------------
+
+
+def read_and_report(q_in: Any, q_out: Any) -> None:
+    arr = q_in.get()
+    float(arr.sum(dtype="float64"))  # touch every page
+    q_out.put(psutil.Process().memory_full_info().pss)
+    q_in.get()  # hold the array until every reader has reported
+
+
+def summed_pss(ctx: Any, arr: Any) -> int:
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    ps = [ctx.Process(target=read_and_report, args=(q_in, q_out)) for _ in range(4)]
+    for p in ps:
+        p.start()
+    baseline = psutil.Process(ps[0].pid).memory_full_info().pss
+    for _ in ps:
+        q_in.put(arr)
+    total = sum(q_out.get() for _ in ps)
+    for _ in ps:
+        q_in.put(None)
+    for p in ps:
+        p.join()
+    return total - 4 * baseline
+
+
+# --------------------------------------------------------------------------
+
+
+def fmt(t: Optional[float]) -> str:
+    if t is None:
+        return "n/a"
+    return f"{t * 1e3:.2f} ms" if t < 1 else f"{t:.2f} s"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--plot", default=None, help="save a bar chart here (matplotlib)")
+    args = parser.parse_args()
+    results: Dict[str, List[Optional[float]]] = {}
+    for name, run in CONTESTANTS.items():
+        results[name] = [run(n) for n in SIZES.values()]
+        print(f"measured: {name}", file=sys.stderr, flush=True)
+    ours = results["nbmp, shared array (nbmp.zeros)"][2]
+    print("| round trip parent → worker → parent | " + " | ".join(SIZES) + " | 1 GiB vs nbmp shared |")
+    print("|---|" + "---:|" * (len(SIZES) + 1))
+    for name, ts in results.items():
+        ratio = f"{ts[2] / ours:.1f}×" if ts[2] is not None and ours else "n/a"
+        print(f"| {name} | " + " | ".join(fmt(t) for t in ts) + f" | {ratio} |")
+    one_gib = 1024 * MiB
+    shared = summed_pss(nbmp.get_context("fork"), nbmp.share(np.ones(one_gib // 4, dtype="float32")))
+    small = 256 * MiB
+    pickled = summed_pss(mp.get_context("fork"), np.ones(small // 4, dtype="float32"))
+    print()
+    print("| 4 workers reading one array | array | summed PSS | × one copy |")
+    print("|---|---:|---:|---:|")
+    print(f"| nbmp shared array | 1 GiB | {shared / 2**30:.2f} GiB | {shared / one_gib:.2f} |")
+    print(f"| multiprocessing.Queue (pickle) | 256 MiB | {pickled / 2**30:.2f} GiB | {pickled / small:.2f} |")
+    if args.plot:
+        plot(results, args.plot)
+
+
+def plot(results: Dict[str, List[Optional[float]]], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    width = 0.25
+    for k, label in enumerate(SIZES):
+        ys = [results[n][k] or 0 for n in names]
+        ax.barh([i + k * width for i in range(len(names))], ys, height=width, label=label)
+    ax.set_yticks([i + width for i in range(len(names))])
+    ax.set_yticklabels(names, fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("seconds per round trip (log scale, median)")
+    ax.invert_yaxis()
+    ax.legend(title="array size")
+    ax.set_title("float32 array parent → worker → parent (2 shared cores, noisy)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""Shared memory for numpy arrays and torch CPU tensors: the public functions.
+
+How it works (details in ``docs/sharing.md``): an array made by
+:func:`zeros`/:func:`empty`/:func:`share` lives in a *segment* (a memory file, or
+a named tmpfs file under the file_system strategy), and nbmp's pickler sends any
+array or tensor whose data lies in a segment as a small handle. Segments' lives
+are kept by a tiny per-tree janitor process (``_janitor.py``), so nothing is left
+behind when processes die. Modules: ``_strategies`` (settings), ``_space`` (room
+checks), ``_client``/``_janitor`` (lifetime), ``_segments`` (make, map, find),
+``_numpy``/``_torch`` (reducers), ``_ledger`` (accounting).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .. import _pickling
+from . import _numpy, _torch
+from ._ledger import ShmUsage, shm_usage
+from ._space import SharedMemoryFullError
+from ._strategies import (get_all_sharing_strategies, get_sharing_strategy, get_sharing_threshold,
+                          set_sharing_strategy, set_sharing_threshold)
+
+__all__ = ["zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
+           "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
+           "get_sharing_threshold", "set_sharing_threshold"]
+
+_pickling.register_framework_reducers("numpy", _numpy.install)
+_pickling.register_framework_reducers("torch", _torch.install)
+
+
+def zeros(shape: Any, dtype: Any = float) -> Any:
+    """Return a numpy array of zeros in shared memory (a plain ``np.ndarray``).
+
+    Sent to another nbmp process (Queue, Pipe, Pool, Process args), it and its
+    views travel as handles: no copy, and writes on either side are seen by both.
+
+    Example::
+
+        >>> a = nbmp.zeros((4096, 4096), dtype="float32")
+        >>> nbmp.is_shared(a[10:20])
+        True
+    """
+    return _numpy.zeros(shape, dtype)
+
+
+def empty(shape: Any, dtype: Any = float) -> Any:
+    """Return a numpy array in shared memory; like :func:`zeros` (tmpfs pages start zeroed).
+
+    Example::
+
+        >>> b = nbmp.empty((1000, 3), dtype="int64")
+    """
+    return _numpy.zeros(shape, dtype)
+
+
+def share(x: Any) -> Any:
+    """Put ``x`` in shared memory: an ndarray -> a shared copy; a torch tensor -> moved in place.
+
+    An array or tensor already in nbmp's shared memory is returned as it is.
+
+    Example::
+
+        >>> a = nbmp.share(np.arange(10))
+        >>> nbmp.is_shared(a)
+        True
+    """
+    if _is_tensor(x):
+        return _torch.share_(x)
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(x, np.ndarray):
+        raise TypeError(f"nbmp.share takes a numpy array or a torch tensor, not {type(x).__qualname__}; "
+                        f"for other data use nbmp.zeros(shape, dtype) and fill it")
+    if is_shared(x):
+        return x
+    copy = _numpy.zeros(x.shape, x.dtype)
+    np.copyto(copy, x)
+    return copy
+
+
+def is_shared(x: Any) -> bool:
+    """Whether ``x`` (an array or tensor, or a view of one) lies in shared memory.
+
+    Example::
+
+        >>> nbmp.is_shared(nbmp.zeros(3)), nbmp.is_shared(np.zeros(3))
+        (True, False)
+    """
+    if _is_tensor(x):
+        return _torch.is_shared(x)
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(x, np.ndarray):
+        return False
+    from . import _segments
+    return _segments.find(_numpy.data_address(x)) is not None
+
+
+def _is_tensor(x: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)

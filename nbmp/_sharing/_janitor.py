@@ -1,0 +1,232 @@
+"""The janitor: one small process per process tree that owns nbmp's segments' lifetime.
+
+Run as a script (``python -I -S _janitor.py ROOT_PID``), stdlib only, so that it
+starts in milliseconds and never imports the user's code. It binds the abstract
+Unix socket ``nbmp-janitor-<ROOT_PID>`` (exactly one janitor per root: a second
+one finds the name taken and exits), detaches, and then serves line messages:
+
+    new S SIZE PATH      a segment, held once by the sender (file descriptor attached when PATH is -)
+    nt S T SIZE PATH     a segment held only by the in-flight ticket T (fd attached when PATH is -)
+    tkt S T              one more reference to S, carried by the in-flight ticket T
+    take T               T's reference becomes the sender's hold; reply "ok S" (+ the fd) or "err"
+    own T                the same without a reply (file_system: the receiver opened the path itself)
+    drop T               T's reference is dropped (the receiver already maps S)
+    rel S                the sender lets go of one hold of S
+    stat                 reply "SEGMENTS BYTES TICKETS"
+
+A segment is freed (its fd closed, its file unlinked) when its last reference
+goes. A connection that closes -- its process exited or was killed -- lets go of
+all its holds; tickets survive it, since the message carrying them may still be
+read. When the root process dies, every segment is freed and the janitor exits.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import selectors
+import signal
+import socket
+import sys
+from typing import Dict, List, Optional, Tuple
+
+MAX_FDS_PER_RECV = 64
+
+
+def address(root: int) -> str:
+    return f"\0nbmp-janitor-{root}" if sys.platform.startswith("linux") else f"/tmp/nbmp-janitor-{root}.sock"
+
+
+class Segment:
+    __slots__ = ("refs", "size", "fd", "path")
+
+    def __init__(self, size: int, fd: Optional[int], path: Optional[str]) -> None:
+        self.refs, self.size, self.fd, self.path = 1, size, fd, path
+
+    def free(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+class Janitor:
+    def __init__(self) -> None:
+        self.segments: Dict[str, Segment] = {}
+        self.tickets: Dict[str, Optional[str]] = {}  # ticket -> segment (None: its segment was gone)
+        self.holds: Dict[socket.socket, Dict[str, int]] = {}
+        self.parked: Dict[str, List[Tuple[socket.socket, str]]] = {}
+        self.buffers: Dict[socket.socket, bytes] = {}
+        self.fds: Dict[socket.socket, List[int]] = {}
+
+    # -- references -------------------------------------------------------
+    def unref(self, seg: str, n: int = 1) -> None:
+        s = self.segments.get(seg)
+        if s is not None:
+            s.refs -= n
+            if s.refs <= 0:
+                del self.segments[seg]
+                s.free()
+
+    def add_ticket(self, ticket: str, seg: Optional[str]) -> None:
+        self.tickets[ticket] = seg
+        for conn, verb in self.parked.pop(ticket, []):
+            if conn in self.holds:
+                try:
+                    self.resolve(conn, verb, ticket)
+                except OSError:
+                    pass  # that receiver is gone; its connection closes on its own
+
+    def resolve(self, conn: socket.socket, verb: str, ticket: str) -> None:
+        if ticket not in self.tickets:
+            self.parked.setdefault(ticket, []).append((conn, verb))
+            return
+        seg = self.tickets.pop(ticket)
+        s = self.segments.get(seg) if seg is not None else None
+        if s is None:
+            if verb == "take":
+                conn.sendall(b"err gone\n")
+            return
+        if verb == "drop":
+            self.unref(seg)
+            return
+        held = self.holds[conn]
+        held[seg] = held.get(seg, 0) + 1
+        if verb == "take":
+            fds = [s.fd] if s.fd is not None else []
+            socket.send_fds(conn, [f"ok {seg}\n".encode()], fds)
+
+    # -- messages ---------------------------------------------------------
+    def handle(self, conn: socket.socket, line: str) -> None:
+        verb, *args = line.split(" ")
+        if verb in ("new", "nt"):
+            seg, size, path = (args[0], int(args[1]), args[2]) if verb == "new" else (args[0], int(args[2]), args[3])
+            fd = self.fds[conn].pop(0) if path == "-" else None
+            self.segments[seg] = Segment(size, fd, None if path == "-" else path)
+            if verb == "new":
+                self.holds[conn][seg] = self.holds[conn].get(seg, 0) + 1
+            else:
+                self.add_ticket(args[1], seg)
+        elif verb == "tkt":
+            seg = args[0]
+            if seg in self.segments:
+                self.segments[seg].refs += 1
+                self.add_ticket(args[1], seg)
+            else:
+                self.add_ticket(args[1], None)
+        elif verb in ("take", "own", "drop"):
+            self.resolve(conn, verb, args[0])
+        elif verb == "rel":
+            held = self.holds[conn]
+            if held.get(args[0], 0) > 0:
+                held[args[0]] -= 1
+                self.unref(args[0])
+        elif verb == "stat":
+            total = sum(s.size for s in self.segments.values())
+            conn.sendall(f"{len(self.segments)} {total} {len(self.tickets)}\n".encode())
+
+    def receive(self, conn: socket.socket) -> bool:
+        try:
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS_PER_RECV)
+        except OSError:
+            data, fds = b"", []
+        if not data:
+            return False
+        self.fds[conn].extend(fds)
+        buf = self.buffers[conn] + data
+        *lines, self.buffers[conn] = buf.split(b"\n")
+        for line in lines:
+            try:
+                self.handle(conn, line.decode())
+            except OSError:
+                return False  # its process is gone
+            except Exception:
+                continue  # a malformed message must never take the janitor down
+        return True
+
+    def close(self, conn: socket.socket) -> None:
+        for seg, n in self.holds.pop(conn).items():
+            self.unref(seg, n)
+        for fd in self.fds.pop(conn):
+            os.close(fd)
+        del self.buffers[conn]
+        conn.close()
+
+    def free_all(self) -> None:
+        for s in self.segments.values():
+            s.free()
+        self.segments.clear()
+
+
+def _watch(root: int) -> Optional[int]:
+    try:
+        return os.pidfd_open(root)
+    except (AttributeError, OSError):
+        return None  # no pidfd: poll instead
+
+
+def _alive(root: int) -> bool:
+    try:
+        os.kill(root, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def serve(listener: socket.socket, root: int) -> None:
+    janitor = Janitor()
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "listen")
+    pidfd = _watch(root)
+    if pidfd is not None:
+        sel.register(pidfd, selectors.EVENT_READ, "root")
+    while True:
+        events = sel.select(None if pidfd is not None else 1.0)
+        if pidfd is None and not _alive(root):
+            break
+        if any(key.data == "root" for key, _ in events):
+            break
+        for key, _ in events:
+            if key.data == "listen":
+                conn, _ = listener.accept()
+                janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
+                sel.register(conn, selectors.EVENT_READ, "conn")
+            elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):  # type: ignore[arg-type]
+                sel.unregister(key.fileobj)
+                janitor.close(key.fileobj)  # type: ignore[arg-type]
+    janitor.free_all()
+
+
+def main(root: int) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal reaches the whole group
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(address(root))
+    except OSError:
+        return 0  # another janitor already serves this root
+    listener.listen(512)
+    if os.fork():
+        os._exit(0)  # detach: the starter waits for this intermediate process only
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one fd per live segment is ours to hold
+    for fd in (0, 1, 2):
+        try:
+            os.dup2(os.open(os.devnull, os.O_RDWR), fd)
+        except OSError:
+            pass
+    try:
+        serve(listener, root)
+    finally:
+        if not address(root).startswith("\0"):
+            os.unlink(address(root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1])))

@@ -1,0 +1,107 @@
+"""numpy arrays through nbmp's pickler: handles for shared ones, one copy for big unshared ones.
+
+Installed by :func:`install` the first time numpy is imported (never imported
+here to register). The reducer applies to ``ndarray`` and to subclasses that
+pickle like it (``np.matrix``, user subclasses without their own ``__reduce__``);
+others (masked arrays, ``np.memmap``), object arrays and small arrays go by
+ordinary pickling.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+
+from .. import _pickling
+from . import _segments, _strategies
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["install", "zeros", "data_address", "span"]
+
+def data_address(arr: "np.ndarray") -> int:
+    return arr.__array_interface__["data"][0]  # type: ignore[no-any-return]
+
+
+def span(shape: Tuple[int, ...], strides: Tuple[int, ...], itemsize: int) -> Tuple[int, int]:
+    """(lowest, highest+1) byte offsets an array's elements cover, from its first element."""
+    if 0 in shape:
+        return 0, 0
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    return low, high + itemsize
+
+
+def zeros(shape: Any, dtype: Any) -> "np.ndarray":
+    """A C-ordered array of zeros in a new segment held by this process."""
+    import numpy as np
+    dt = np.dtype(dtype)
+    if dt.hasobject:
+        raise TypeError(f"dtype {dt} holds Python objects, which cannot live in shared memory; "
+                        f"use a numeric, bool, bytes or structured dtype")
+    count = int(np.prod(shape, dtype=np.int64))
+    return np.ndarray(shape, dt, buffer=_segments.create(count * dt.itemsize))
+
+
+# --------------------------------------------------------------------------
+# The reducer
+# --------------------------------------------------------------------------
+
+
+def _rebuildable(cls: type) -> bool:
+    import numpy as np
+    return cls is np.ndarray or (
+        not issubclass(cls, np.memmap)
+        and cls.__reduce_ex__ is np.ndarray.__reduce_ex__ and cls.__reduce__ is np.ndarray.__reduce__)
+
+
+def _reduce_ndarray(arr: "np.ndarray") -> Any:
+    cls = type(arr)
+    if arr.dtype.hasobject or not _rebuildable(cls):
+        return NotImplemented
+    state = getattr(arr, "__dict__", None) or None
+    address = data_address(arr)
+    mapped = _segments.find(address)
+    if mapped is not None:
+        offset = address - mapped.start
+        low, high = span(arr.shape, arr.strides, arr.itemsize)
+        if offset + low >= 0 and offset + high <= mapped.size:
+            handle = _segments.ticket_for(mapped)
+            return _rebuild_ndarray, (handle, arr.dtype, arr.shape, arr.strides, offset, cls, state)
+    if arr.nbytes < _strategies.get_sharing_threshold():
+        return NotImplemented
+    strides = arr.strides if (arr.flags.c_contiguous or arr.flags.f_contiguous) else None
+    handle = _segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr))
+    return _rebuild_ndarray, (handle, arr.dtype, arr.shape, strides, 0, cls, state)
+
+
+def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
+    """Copy ``arr``'s data into the new segment file ``fd``: the one copy of a move."""
+    import numpy as np
+    if arr.flags.c_contiguous or arr.flags.f_contiguous:
+        _segments.write_all(fd, size, (arr if arr.flags.c_contiguous else arr.T).reshape(-1).view(np.uint8))
+        return
+    os.ftruncate(fd, size)  # strided: gather the elements straight into the mapping
+    with mmap.mmap(fd, size) as mm:
+        dst = np.ndarray(arr.shape, arr.dtype, buffer=mm)
+        np.copyto(dst, arr)
+        del dst
+
+
+def _rebuild_ndarray(handle: _segments.Handle, dtype: "np.dtype", shape: Tuple[int, ...],
+                     strides: Optional[Tuple[int, ...]], offset: int, cls: type,
+                     state: Optional[Dict[str, Any]]) -> "np.ndarray":
+    import numpy as np
+    arr = np.ndarray(shape, dtype, buffer=_segments.attach(handle), offset=offset, strides=strides)
+    if cls is not np.ndarray:
+        arr = arr.view(cls)
+        if state:
+            arr.__dict__.update(state)
+    return arr
+
+
+def install() -> None:
+    import numpy as np
+    _pickling.register_reducer(np.ndarray, _reduce_ndarray, subclasses=True)

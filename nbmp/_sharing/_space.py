@@ -1,0 +1,81 @@
+"""Checking that a segment fits before making it: a clear error now instead of a SIGBUS later.
+
+A tmpfs file is sparse: mapping it succeeds whatever its size, and the process
+dies of SIGBUS when it touches a page the filesystem cannot supply (docker gives
+containers a 64 MB ``/dev/shm``). nbmp checks the free space first, then reserves
+the pages (``posix_fallocate``) when it makes an array, so that running out is an
+error at the allocation, which names the size, the room left and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Tuple
+
+__all__ = ["SharedMemoryFullError", "space", "check_fits", "reserve"]
+
+
+class SharedMemoryFullError(MemoryError):
+    """A shared-memory allocation would not fit; the message says what to do.
+
+    Example::
+
+        >>> try:
+        ...     nbmp.zeros(1 << 50, dtype="uint8")
+        ... except nbmp.SharedMemoryFullError as e:
+        ...     print(str(e)[:40])
+        cannot put 1024.0 TiB in shared memory
+    """
+
+
+def space(directory: str) -> Tuple[int, int]:
+    """(total, free) bytes of the filesystem holding ``directory``."""
+    st = os.statvfs(directory)
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def _mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def check_fits(nbytes: int, strategy: str, directory: str) -> None:
+    """Raise :class:`SharedMemoryFullError` if ``nbytes`` cannot be had under ``strategy``."""
+    if strategy == "file_system":
+        free = space(directory)[1]
+        if nbytes > free:
+            raise SharedMemoryFullError(
+                f"cannot put {_size(nbytes)} in shared memory: {directory} has {_size(free)} free. "
+                f"Fix: give it more room (docker: --shm-size=8g), free shared arrays you no longer need, "
+                f"or use nbmp.set_sharing_strategy('file_descriptor') (memory files, not bounded by {directory})"
+                f" or nbmp.set_sharing_strategy('file_system', directory=<a bigger tmpfs>).")
+    elif nbytes > _mem_available():
+        raise SharedMemoryFullError(
+            f"cannot put {_size(nbytes)} in shared memory: only {_size(_mem_available())} of memory is "
+            f"available. Fix: free arrays you no longer need, or use smaller arrays.")
+
+
+def reserve(fd: int, nbytes: int, where: str) -> None:
+    """Allocate the pages of a new segment now, so that a full tmpfs fails here, not by SIGBUS."""
+    try:
+        os.posix_fallocate(fd, 0, nbytes)
+    except AttributeError:
+        os.ftruncate(fd, nbytes)  # no fallocate (macOS): the check above is all we have
+    except OSError as exc:
+        raise SharedMemoryFullError(
+            f"cannot put {_size(nbytes)} in shared memory ({where}): {exc.strerror}. Fix: docker --shm-size, "
+            f"or another strategy/directory with nbmp.set_sharing_strategy().") from exc
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)

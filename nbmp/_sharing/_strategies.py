@@ -1,0 +1,114 @@
+"""Sharing settings of this process: the strategy (torch's names), its directory, the size threshold.
+
+``file_descriptor`` (default on Linux): a segment is an anonymous memory file
+(``memfd_create``). It never has a name, so nothing can be left behind in
+``/dev/shm``, and it is not bounded by the size of ``/dev/shm`` (docker's 64 MB).
+Receivers get it from the janitor, which holds one descriptor per live segment:
+the user's processes hold none, however many arrays are in flight.
+
+``file_system``: a segment is a named file ``nbmp-<pid>-<n>-<token>`` in a tmpfs
+directory (``/dev/shm`` unless told otherwise), opened by name by receivers. Use
+it where memfd is missing (macOS) or to put big segments on another tmpfs.
+
+Settings are per process, like torch's; a receiver always opens a segment the
+way its sender's strategy made it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional
+
+__all__ = ["get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
+           "get_sharing_threshold", "set_sharing_threshold", "directory"]
+
+STRATEGIES = ("file_descriptor", "file_system")
+HAVE_MEMFD = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
+
+# Arrays and tensors of at least this many bytes are moved into shared memory when
+# sent; smaller ones are pickled (a segment costs a few syscalls and a mapping).
+DEFAULT_THRESHOLD = 1 << 20
+
+_strategy = "file_descriptor" if HAVE_MEMFD else "file_system"
+_directory = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
+_threshold = DEFAULT_THRESHOLD
+
+
+def get_all_sharing_strategies() -> List[str]:
+    """Return the sharing strategies this platform supports.
+
+    Example::
+
+        >>> nbmp.get_all_sharing_strategies()
+        ['file_descriptor', 'file_system']
+    """
+    return list(STRATEGIES) if HAVE_MEMFD else ["file_system"]
+
+
+def get_sharing_strategy() -> str:
+    """Return this process's sharing strategy.
+
+    Example::
+
+        >>> nbmp.get_sharing_strategy()
+        'file_descriptor'
+    """
+    return _strategy
+
+
+def set_sharing_strategy(name: str, directory: Optional[str] = None) -> None:
+    """Choose how new segments are made: ``"file_descriptor"`` or ``"file_system"``.
+
+    ``directory`` (file_system only) is the tmpfs where named segments go, for
+    example a bigger one than ``/dev/shm``.
+
+    Example::
+
+        >>> nbmp.set_sharing_strategy("file_system", directory="/dev/shm")
+    """
+    global _strategy, _directory
+    valid = get_all_sharing_strategies()
+    if name not in valid:
+        raise ValueError(f"unknown sharing strategy {name!r}; use one of {valid} "
+                         f"(e.g. nbmp.set_sharing_strategy({valid[0]!r}))")
+    if directory is not None:
+        if name != "file_system":
+            raise ValueError(f"directory={directory!r} applies to the 'file_system' strategy only, not {name!r}")
+        if not os.path.isdir(directory):
+            raise ValueError(f"directory {directory!r} does not exist; give an existing tmpfs directory "
+                             f"such as '/dev/shm'")
+        _directory = directory
+    _strategy = name
+
+
+def directory() -> str:
+    """The directory where file_system segments are made (and whose free space is checked)."""
+    return _directory
+
+
+def get_sharing_threshold() -> int:
+    """Return the size in bytes from which an unshared array or tensor travels through shared memory.
+
+    Example::
+
+        >>> nbmp.get_sharing_threshold()
+        1048576
+    """
+    return _threshold
+
+
+def set_sharing_threshold(nbytes: int) -> None:
+    """Send unshared arrays and tensors of at least ``nbytes`` through shared memory (one copy).
+
+    Smaller ones are pickled. ``0`` moves every array; a huge value turns moving off.
+
+    Example::
+
+        >>> nbmp.set_sharing_threshold(4 << 20)   # 4 MiB and more go by shared memory
+    """
+    global _threshold
+    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+        raise ValueError(f"the sharing threshold must be a non-negative int of bytes, not {nbytes!r}; "
+                         f"e.g. nbmp.set_sharing_threshold({DEFAULT_THRESHOLD})")
+    _threshold = nbytes

@@ -1,0 +1,150 @@
+"""torch CPU tensors through nbmp's pickler, and sharing a tensor in place.
+
+Installed the first time torch is imported (never imported here to register).
+A tensor whose storage lies in an nbmp segment crosses as a handle (its storage
+offset, size and strides travel along, so views stay views); a big unshared CPU
+tensor is copied once into a new segment; a small one goes by torch's own
+pickling. ``nn.Parameter`` comes back as a Parameter with its ``requires_grad``.
+
+"Torch's own pickling" means ``Tensor.__reduce_ex__`` (a copy of the bytes), not
+the reducers ``torch.multiprocessing`` puts in the stdlib's ForkingPickler table,
+which nbmp's pickler would otherwise reach: those share through torch's own
+file descriptors and shm manager, the leaks and limits nbmp is here to avoid.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import TYPE_CHECKING, Any, Optional, Tuple
+
+from .. import _pickling
+from . import _segments, _strategies
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["install", "share_", "is_shared", "check_cpu"]
+
+def check_cpu(t: "torch.Tensor") -> None:
+    """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
+    if t.device.type != "cpu":
+        raise ValueError(
+            f"a {t.device.type.upper()} tensor ({t.device}) cannot be put in nbmp's shared memory, which "
+            f"holds CPU memory only. Fix: send t.cpu() and move it back with .to('{t.device}') in the "
+            f"receiver, or create it on the device inside the worker (start_method='spawn' for CUDA work).")
+
+
+def _storage_segment(t: "torch.Tensor") -> Optional[Tuple[_segments.Mapped, int]]:
+    storage = t.untyped_storage()
+    mapped = _segments.find(storage.data_ptr())
+    if mapped is None or storage.data_ptr() + storage.nbytes() > mapped.start + mapped.size:
+        return None
+    return mapped, storage.data_ptr() - mapped.start
+
+
+def is_shared(t: "torch.Tensor") -> bool:
+    return t.device.type == "cpu" and (_storage_segment(t) is not None or t.is_shared())
+
+
+def _uint8_over(mm: Any, offset: int, nbytes: int) -> "torch.Tensor":
+    import torch
+    return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else \
+        torch.empty(0, dtype=torch.uint8)
+
+
+def share_(t: "torch.Tensor") -> "torch.Tensor":
+    """Move ``t``'s storage into a new nbmp segment, in place (like ``Tensor.share_memory_``)."""
+    import torch
+    check_cpu(t)
+    if _storage_segment(t) is not None:
+        return t
+    storage = t.untyped_storage()
+    nbytes = storage.nbytes()
+    moved = _uint8_over(_segments.create(nbytes), 0, nbytes)
+    moved.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
+    with torch.no_grad():
+        t.set_(moved.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    return t
+
+
+# --------------------------------------------------------------------------
+# The reducer
+# --------------------------------------------------------------------------
+
+
+def _reduce_tensor(t: "torch.Tensor") -> Any:
+    import torch
+    cls = type(t)
+    check_cpu(t)
+    if (cls is not torch.Tensor and cls is not torch.nn.Parameter) or t.layout != torch.strided \
+            or t.is_quantized or t.is_nested:
+        return t.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
+    if t.requires_grad and not t.is_leaf:
+        raise ValueError("cannot send a tensor that requires grad and is not a leaf: autograd does not cross "
+                         "processes. Fix: send t.detach() (and call requires_grad_() in the receiver).")
+    found = _storage_segment(t)
+    if found is not None:
+        mapped, offset = found
+        handle = _segments.ticket_for(mapped)
+        layout = (offset, t.untyped_storage().nbytes(), t.storage_offset(), tuple(t.size()), t.stride())
+        return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
+    if t.untyped_storage().nbytes() < _strategies.get_sharing_threshold():
+        return _rebuild_small, (_contiguous_bytes(t).tobytes(), t.dtype, tuple(t.size()), cls, t.requires_grad)
+    return _reduce_moved(t, cls)
+
+
+def _contiguous_bytes(t: "torch.Tensor") -> Any:
+    import torch
+    data = t.detach().resolve_conj().resolve_neg().contiguous()
+    return data.reshape(-1).view(torch.uint8).numpy()
+
+
+def _rebuild_small(data: bytes, dtype: "torch.dtype", size: Tuple[int, ...], cls: type,
+                   requires_grad: bool) -> "torch.Tensor":
+    # A copy from bytes, not torch.load: nothing here runs a parallel kernel, which a
+    # forked child of a parent that used OpenMP could hang in.
+    import torch
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return _finish(flat.view(dtype).reshape(size), cls, requires_grad)
+
+
+def _finish(t: "torch.Tensor", cls: type, requires_grad: bool) -> "torch.Tensor":
+    import torch
+    if cls is torch.nn.Parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(requires_grad) if requires_grad else t
+
+
+def _reduce_moved(t: "torch.Tensor", cls: type) -> Any:
+    flat = _contiguous_bytes(t)
+    handle = _segments.create_moved(flat.nbytes, lambda fd, size: _segments.write_all(fd, size, flat))
+    size = tuple(t.size())
+    layout = (0, flat.nbytes, 0, size, _contiguous_strides(size))
+    return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
+
+
+def _contiguous_strides(size: Tuple[int, ...]) -> Tuple[int, ...]:
+    strides, step = [], 1
+    for n in reversed(size):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _rebuild_tensor(handle: _segments.Handle, layout: Tuple[int, int, int, Tuple[int, ...], Tuple[int, ...]],
+                    dtype: "torch.dtype", cls: type, requires_grad: bool) -> "torch.Tensor":
+    import torch
+    offset, nbytes, storage_offset, size, stride = layout
+    storage = _uint8_over(_segments.attach(handle), offset, nbytes).untyped_storage()
+    return _finish(torch.empty(0, dtype=dtype).set_(storage, storage_offset, size, stride), cls, requires_grad)
+
+
+def _reduce_storage(storage: Any) -> Any:
+    return storage.__reduce__()  # a copy of the bytes, not torch.multiprocessing's fd passing
+
+
+def install() -> None:
+    import torch
+    _pickling.register_reducer(torch.Tensor, _reduce_tensor, subclasses=True)
+    _pickling.register_reducer(torch.UntypedStorage, _reduce_storage, subclasses=True)
+    _pickling.register_reducer(torch.storage.TypedStorage, _reduce_storage, subclasses=True)

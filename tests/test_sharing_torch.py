@@ -1,0 +1,113 @@
+"""torch CPU tensors in shared memory: shared in place, crossing as handles, views kept, CUDA refused."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+import types
+
+import pytest
+
+import nbmp
+from conftest import TIMEOUT
+
+torch = pytest.importorskip("torch")
+
+
+def write_and_return(q_in, q_out):
+    t = q_in.get()
+    t.add_(1)
+    q_out.put(t)
+
+
+def byte_sum(t) -> int:
+    # No torch kernels: a forked child of a parent that ran OpenMP work can hang in them
+    # (fork safety is another module's job); numpy over the raw bytes is enough here.
+    return int(t.detach().view(torch.uint8).numpy().sum(dtype="int64"))
+
+
+def describe(q_in, q_out):
+    for t in iter(q_in.get, None):
+        q_out.put((type(t).__name__, t.requires_grad, nbmp.is_shared(t), byte_sum(t)))
+
+
+def test_share_moves_a_tensor_in_place():
+    t = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    same = nbmp.share(t)
+    assert same is t and nbmp.is_shared(t) and nbmp.is_shared(t[1:, ::2]) and nbmp.is_shared(t.T)
+    assert t.tolist() == torch.arange(12, dtype=torch.float32).reshape(3, 4).tolist()
+    assert nbmp.share(t) is t
+    assert not nbmp.is_shared(torch.zeros(3))
+    assert nbmp.shm_usage().segments == 1
+
+
+def test_shared_tensor_round_trip_is_zero_copy(ctx):
+    t = nbmp.share(torch.zeros(256, 1024, dtype=torch.float64))
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=write_and_return, args=(q_in, q_out))
+    p.start()
+    q_in.put(t[8:16])
+    back = q_out.get(timeout=TIMEOUT)
+    p.join(TIMEOUT)
+    assert (t[8:16] == 1).all() and (t[:8] == 0).all() and (t[16:] == 0).all()
+    assert back.data_ptr() == t[8:16].data_ptr() and back.stride() == t.stride()
+    back += 1
+    assert (t[8:16] == 2).all()
+
+
+def test_tensor_views_keep_their_layout():
+    t = nbmp.share(torch.arange(60, dtype=torch.int32).reshape(3, 4, 5))
+    for view in (t[1], t[:, ::2, 1:], t.transpose(0, 2), t.reshape(12, 5)[3:7], t.flatten()[1::3]):
+        got = pickle.loads(nbmp._pickling.dumps(view))
+        assert got.data_ptr() == view.data_ptr() and got.stride() == view.stride()
+        assert got.storage_offset() == view.storage_offset() and torch.equal(got, view)
+
+
+def test_numpy_array_viewed_as_tensor_is_shared():
+    a = nbmp.zeros((4, 4), dtype="float32")
+    t = torch.from_numpy(a)
+    assert nbmp.is_shared(t)
+    got = pickle.loads(nbmp._pickling.dumps(t))
+    got[0, 0] = 9
+    assert a[0, 0] == 9
+
+
+def test_big_unshared_tensor_is_moved_small_pickled(ctx):
+    big = torch.ones(1 << 19, dtype=torch.float32)        # 2 MiB: moved
+    small = torch.ones(100, dtype=torch.float64)
+    param = torch.nn.Parameter(torch.ones(1 << 19))
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=describe, args=(q_in, q_out))
+    p.start()
+    for t in (big, small, param, torch.ones(1 << 19, dtype=torch.bfloat16)[::2]):
+        q_in.put(t)
+        got = q_out.get(timeout=TIMEOUT)
+        assert got[1:] == (isinstance(t, torch.nn.Parameter), t.nbytes >= (1 << 20) or t.numel() == 1 << 18,
+                           byte_sum(t.contiguous()))
+        assert got[0] == type(t).__name__
+    q_in.put(None)
+    p.join(TIMEOUT)
+    gc.collect()
+    assert not nbmp.is_shared(big), "the sender's tensor is copied, never moved"
+
+
+def test_non_leaf_tensor_requiring_grad_is_refused():
+    x = torch.ones(1 << 19, requires_grad=True) * 2
+    a, b = nbmp.Pipe()
+    with pytest.raises(nbmp.PicklingError, match=r"requires grad.*detach\(\)"):
+        a.send(x)
+
+
+def test_cuda_tensor_gets_a_clear_error():
+    # No GPU here: a 'meta' tensor is a real non-CPU tensor, and a stand-in object with a
+    # CUDA device checks the message that a CUDA tensor would get.
+    meta = torch.empty(1 << 20, device="meta")
+    with pytest.raises(ValueError, match=r"META tensor .*cannot be put in nbmp's shared memory.*\.cpu\(\)"):
+        nbmp.share(meta)
+    a, b = nbmp.Pipe()
+    with pytest.raises(nbmp.PicklingError, match=r"CPU memory only"):
+        a.send(meta)
+    stand_in = types.SimpleNamespace(device=torch.device("cuda", 0), is_cuda=True)
+    with pytest.raises(ValueError, match=r"CUDA tensor \(cuda:0\).*t\.cpu\(\).*\.to\('cuda:0'\).*spawn"):
+        nbmp._sharing._torch.check_cpu(stand_in)
+    assert not nbmp.is_shared(meta)
