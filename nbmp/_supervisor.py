@@ -26,10 +26,14 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _cells
+from ._forking import ForkLock
 from ._events import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
 from ._output import LineSplitter
 
 __all__ = ["Worker", "Supervisor"]
+
+# Held while a supervisor handles what its workers sent: see nbmp._forking.ForkLock.
+_SAFE_POINT = ForkLock("nbmp spawn supervisor")
 
 
 @dataclass
@@ -130,8 +134,19 @@ class Supervisor:
         with self._lock:
             kill_at = self._kill_at
         timeout = None if kill_at is None else max(0.0, kill_at - time.monotonic())
+        ready = self._selector.select(timeout)
+        with _SAFE_POINT:  # nbmp forks only between steps, never mid-read or mid-write
+            wrote = self._handle(ready)
+        if wrote:
+            self._flush()
+        if kill_at is not None and time.monotonic() >= kill_at:
+            for worker in self.workers:
+                if worker.exitcode is None:
+                    worker.process.kill()
+
+    def _handle(self, ready: List[Tuple[selectors.SelectorKey, int]]) -> bool:
         wrote = False
-        for key, _ in self._selector.select(timeout):
+        for key, _ in ready:
             kind, worker = key.data
             # An earlier key of this batch may have finished the worker and closed its pipes.
             if kind == "output" and key.fd in self._splitters:
@@ -143,12 +158,7 @@ class Supervisor:
                 wrote = True
             elif kind == "wake":
                 os.read(self._wake_r, 512)
-        if wrote:
-            self._flush()
-        if kill_at is not None and time.monotonic() >= kill_at:
-            for worker in self.workers:
-                if worker.exitcode is None:
-                    worker.process.kill()
+        return wrote
 
     def _read_output(self, fd: int) -> bool:
         try:
