@@ -11,7 +11,7 @@ TORCH_PIN := torch==2.13.0
 WITH_TORCH ?= $(if $(filter 3.11,$(PYVER)),1,0)
 PYTEST_ARGS ?=
 
-.PHONY: test lab demo notebooks clean venv
+.PHONY: test lab demo notebooks docs clean venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +43,8 @@ clean:
 ## make notebooks: regenerate notebooks/*.ipynb from their .py sources
 notebooks: venv
 	$(PY) scripts/make_notebook.py notebooks/*.py
+
+## make docs: build the docs site (MkDocs, strict: any warning fails) into build/docs
+docs: venv
+	$(PIP) install -e '.[docs]'
+	$(VENV)/bin/mkdocs build --strict
