@@ -7,7 +7,6 @@ installed, to list the BLAS/OpenMP runtimes already loaded.
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from . import _forking, _fork_threads
 from ._fork_handlers.cuda import cuda_initialized
 from ._fork_handlers.jax import jax_initialized
+from ._sharing._space import space
 
 __all__ = ["ForkReport", "doctor"]
 
@@ -89,10 +89,9 @@ def _threadpools() -> List[Dict[str, Any]]:
 
 def _shm() -> tuple:
     try:
-        st = os.statvfs("/dev/shm")
+        return space("/dev/shm")
     except OSError:
         return None, None
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def doctor() -> ForkReport:

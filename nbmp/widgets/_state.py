@@ -8,7 +8,6 @@ from fixed states without sleeping. Threads are not handled here either; the
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import deque
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, NamedTuple, Optional, Tuple
 
 from .. import _events as ev
+from .._sharing._space import space
 
 __all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",
            "DashboardState", "read_shm"]
@@ -163,8 +163,7 @@ def read_shm(path: str = "/dev/shm") -> ShmState:
         except Exception:  # a broken ledger must not break the display
             pass
     try:
-        st = os.statvfs(path)
-        size, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+        size, free = space(path)
     except (OSError, AttributeError):  # no /dev/shm (macOS) or no statvfs (Windows)
         pass
     return ShmState(segments, used, size, free)
