@@ -15,7 +15,15 @@ def run_main(source: str, timeout: float = TIMEOUT) -> str:
     Functions defined there live in ``__main__``, like a notebook cell's: the case
     where plain pickling fails under spawn and forkserver. Fails on a non-zero exit.
     """
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True,
-                          text=True, timeout=timeout)
+    try:
+        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as timed_out:  # show what it printed before it was killed
+        raise AssertionError(f"no exit after {timeout} s\nstdout:\n{_text(timed_out.stdout)}\n"
+                             f"stderr:\n{_text(timed_out.stderr)}") from None
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     return proc.stdout
+
+
+def _text(output: "str | bytes | None") -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""

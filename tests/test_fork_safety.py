@@ -185,7 +185,7 @@ def test_torch_matmul_after_a_parallel_matmul_in_the_parent_finishes(start_metho
 # -- stress: many forks while the parent is busy --------------------------------------
 
 STRESS = """
-import logging, threading, warnings, numpy as np, nbmp
+import faulthandler, logging, os, queue, signal, sys, threading, time, warnings, numpy as np, nbmp
 warnings.simplefilter("always")
 logging.basicConfig(level=logging.INFO, filename="/dev/null")
 log = logging.getLogger("churn")
@@ -203,6 +203,14 @@ def churn():
             log.info("churning %s", 1)
 threading.Thread(target=churn, name="churner", daemon=True).start()
 q = nbmp.Queue()
+faulthandler.register(signal.SIGUSR1, all_threads=True)   # inherited: a hung child can show its stacks
+def hung(p, k, where):
+    print(f"fork {k}: the child (pid {p.pid}) hung {where}; its threads:", file=sys.stderr, flush=True)
+    os.kill(p.pid, signal.SIGUSR1); time.sleep(1)
+    print("the parent's threads:", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(all_threads=True)
+    os.kill(p.pid, signal.SIGKILL)
+    os._exit(3)
 def child(q, k):
     logging.getLogger("churn").info("child %d", k)
     x = np.random.rand(100, 100); x @ x
@@ -213,8 +221,13 @@ with warnings.catch_warnings(record=True) as caught:
     for k in range(200):
         p = nbmp.get_context("fork").Process(target=child, args=(q, k))
         p.start()
-        assert q.get(timeout=30)() == k
-        p.join(30)
+        try:
+            assert q.get(timeout=20)() == k
+        except queue.Empty:
+            hung(p, k, "before putting its result")
+        p.join(20)
+        if p.exitcode is None:
+            hung(p, k, "at exit")
         assert p.exitcode == 0, (k, p.exitcode)
 stop.set()
 print(sorted({w.category.__name__ for w in caught}), sum("churner" in str(w.message) for w in caught))
@@ -222,7 +235,7 @@ print(sorted({w.category.__name__ for w in caught}), sum("churner" in str(w.mess
 
 
 def test_two_hundred_forks_while_a_thread_churns_locks_and_logging():
-    out = run_main(STRESS, timeout=110)
+    out = run_main(STRESS, timeout=90)  # under pytest's faulthandler_timeout: a hang shows its own report
     # Zero hangs, no generic DeprecationWarning, one warning naming the real hazard.
     assert out.strip() == "['ForkSafetyWarning'] 1"
 
