@@ -31,7 +31,9 @@ __all__ = ["PicklingError", "dumps", "loads", "register_reducer", "register_fram
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
 # Exceptions that pickling raises for an object that cannot be pickled.
-PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError, NotImplementedError)
+# RuntimeError: the stdlib's refusals (a fork-context lock sent to a spawned worker, a
+# Lock put on a Queue) and torch's (a non-leaf tensor that requires grad).
+PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError, NotImplementedError, RuntimeError)
 
 loads = pickle.loads
 
@@ -149,8 +151,11 @@ def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> Pi
     """Build the error for ``exc``: which of ``roots`` (and where inside) failed."""
     path, culprit = _locate(roots)
     where = f"{path} ({type(culprit).__module__}.{type(culprit).__qualname__} object)" if path else "the object"
+    reason = str(exc).rstrip(". ")
+    if "Fix:" in reason:  # the error already says what to do (e.g. a CUDA tensor)
+        return PicklingError(f"cannot pickle {where} to {action}: {reason}.")
     return PicklingError(
-        f"cannot pickle {where} to {action}: {exc}.\n"
+        f"cannot pickle {where} to {action}: {reason}.\n"
         f"Fix: pass it another way (create it inside the worker, or send what is "
         f"needed to rebuild it), or use the 'fork' start method (nbmp's default), "
         f"under which workers inherit their target and arguments without pickling."

@@ -55,6 +55,36 @@ def test_shared_tensor_round_trip_is_zero_copy(ctx):
     assert (t[8:16] == 2).all()
 
 
+def add_one_and_report(q_in, q_out):
+    t, model = q_in.get()
+    t.add_(1)
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    q_out.put((t.is_shared(), type(model.weight).__name__))
+
+
+def test_tensor_shared_by_torch_crosses_as_torchs_handle(ctx):
+    # share_memory_() / model.share_memory() put memory in torch's hands: it must keep being
+    # shared through nbmp's channels (not silently copied), under every start method.
+    t = torch.zeros(64, 1024).share_memory_()
+    model = torch.nn.Linear(4, 2).share_memory()
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=add_one_and_report, args=(q_in, q_out))
+    p.start()
+    q_in.put((t[8:], model))
+    assert q_out.get(timeout=TIMEOUT) == (True, "Parameter")
+    p.join(TIMEOUT)
+    assert p.exitcode == 0
+    assert (t[8:] == 1).all() and (t[:8] == 0).all()
+    assert (model.weight.detach() == 7).all()
+
+
+def test_tensor_shared_by_torch_as_a_spawn_argument(start_method):
+    t = torch.zeros(5).share_memory_()
+    nbmp.spawn(lambda i, x: x[i].add_(i + 1), args=(t,), nprocs=2, start_method=start_method)
+    assert t.tolist() == [1.0, 2.0, 0.0, 0.0, 0.0]
+
+
 def test_tensor_views_keep_their_layout():
     t = nbmp.share(torch.arange(60, dtype=torch.int32).reshape(3, 4, 5))
     for view in (t[1], t[:, ::2, 1:], t.transpose(0, 2), t.reshape(12, 5)[3:7], t.flatten()[1::3]):

@@ -10,6 +10,10 @@ pickling. ``nn.Parameter`` comes back as a Parameter with its ``requires_grad``.
 the reducers ``torch.multiprocessing`` puts in the stdlib's ForkingPickler table,
 which nbmp's pickler would otherwise reach: those share through torch's own
 file descriptors and shm manager, the leaks and limits nbmp is here to avoid.
+The one exception is a tensor the user already shared with torch
+(``share_memory_()``, ``model.share_memory()``): its memory is torch's, so it
+crosses by torch's own handle (torch's sharing strategy) rather than as a copy
+that would silently stop sharing writes.
 """
 
 from __future__ import annotations
@@ -88,6 +92,9 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
         handle = _segments.ticket_for(mapped)
         layout = (offset, t.untyped_storage().nbytes(), t.storage_offset(), tuple(t.size()), t.stride())
         return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
+    if t.is_shared():  # shared by torch: its storage goes by torch's handle (_reduce_storage)
+        from torch.multiprocessing import reductions
+        return reductions.reduce_tensor(t)
     if t.untyped_storage().nbytes() < _strategies.get_sharing_threshold():
         return _rebuild_small, (_contiguous_bytes(t).tobytes(), t.dtype, tuple(t.size()), cls, t.requires_grad)
     return _reduce_moved(t, cls)
@@ -140,7 +147,17 @@ def _rebuild_tensor(handle: _segments.Handle, layout: Tuple[int, int, int, Tuple
 
 
 def _reduce_storage(storage: Any) -> Any:
-    return storage.__reduce__()  # a copy of the bytes, not torch.multiprocessing's fd passing
+    """A storage torch shared goes by torch's handle; any other one as a copy of its bytes."""
+    import torch
+    untyped = storage if isinstance(storage, torch.UntypedStorage) else storage._untyped_storage
+    if not untyped.is_shared():
+        return storage.__reduce__()
+    from torch.multiprocessing import reductions
+    if untyped is storage:
+        return reductions.reduce_storage(storage)
+    if type(storage) is torch.storage.TypedStorage:
+        return reductions.reduce_typed_storage(storage)
+    return reductions.reduce_typed_storage_child(storage)
 
 
 def install() -> None:
