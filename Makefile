@@ -11,7 +11,7 @@ TORCH_PIN := torch==2.13.0
 WITH_TORCH ?= $(if $(filter 3.11,$(PYVER)),1,0)
 PYTEST_ARGS ?=
 
-.PHONY: test lab demo notebooks docs clean venv
+.PHONY: test lab demo notebooks docs browser-test clean venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,10 @@ notebooks: venv
 docs: venv
 	$(PIP) install -e '.[docs]'
 	$(VENV)/bin/mkdocs build --strict
+
+## make browser-test: open the quickstart in JupyterLab in headless Chromium (Playwright) and
+## check its live dashboard in the page; installs Debian's chromium (apt-get) if missing
+browser-test: venv
+	scripts/install_chromium.sh
+	$(PIP) install -e '.[browser]'
+	$(PY) -m pytest browser_tests $(PYTEST_ARGS)

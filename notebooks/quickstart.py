@@ -55,6 +55,27 @@ results = multiprocessing.spawn(lambda i, base: print(f"worker {i} ready") or ba
 print(results)
 
 # %% [markdown]
+# ## The live dashboard
+#
+# In a notebook `spawn` shows a dashboard under the cell while the workers run: one row
+# per worker with its pid, state, elapsed time, CPU and memory, and each worker's recent
+# output. It keeps its final state after the run. `dashboard=True` asks for it
+# explicitly (it is also the default in a notebook; `False` turns it off).
+
+# %%
+import time
+
+
+def train(i, steps):
+    for step in range(1, steps + 1):
+        time.sleep(0.5)  # stands for real work
+        print(f"step {step}/{steps}")
+    return f"worker {i}: {steps} steps"
+
+
+multiprocessing.spawn(train, args=(5,), nprocs=3, dashboard=True)
+
+# %% [markdown]
 # When a worker raises, the others are stopped and the parent raises
 # `nbmp.ProcessRaisedException`, whose message holds the worker's traceback and whose
 # `__cause__` is the worker's own exception.

@@ -217,6 +217,19 @@ def widget_dashboard(stop=None):
     return d
 
 
+def test_widget_tree_carries_css_hooks(in_kernel):
+    """browser_tests/ and users' styles find the dashboard by these classes."""
+    d = widget_dashboard()
+    d.display()
+    for event in run_events(30, nprocs=1):
+        d.handle(event)
+    run = d._view._runs[30]
+    parts = {"dashboard": d.widget, "shm": d._view._shm, "run": run.box, "title": run.title, "stop": run.stop_button,
+             "workers": run.table, "failures": run.failures, "outputs": run.outputs}
+    for part, widget in parts.items():
+        assert f"nbmp-{part}" in widget._dom_classes, part
+
+
 def test_widget_tree_is_built_once_and_updated_by_traits(in_kernel):
     d = widget_dashboard()
     d.display()

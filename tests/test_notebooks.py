@@ -45,3 +45,4 @@ def test_quickstart_shows_its_results():
     assert "[0, 1, 4, 9, 16, 25, 36, 49]" in text
     assert "2 results from spawned workers" in text
     assert "101 exit code 0" in text
+    assert "[2] step 5/5" in text and "'worker 2: 5 steps'" in text  # the dashboard cell

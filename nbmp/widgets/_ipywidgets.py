@@ -13,7 +13,7 @@ opened stays open across updates.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, TypeVar
 
 try:
     import ipywidgets as w
@@ -31,27 +31,37 @@ StopLookup = Callable[[int], Optional[Callable[[], None]]]
 
 _HIDDEN, _SHOWN = "none", ""
 
+_W = TypeVar("_W", bound=w.DOMWidget)
+
+
+def _hook(widget: _W, part: str) -> _W:
+    """Give ``widget`` the CSS class ``nbmp-<part>``: a stable name in the page's DOM for
+    users' styles and for the browser test (browser_tests/), which finds the dashboard
+    by these classes rather than by ipywidgets' own layout, which may change."""
+    widget.add_class(f"nbmp-{part}")
+    return widget
+
 
 class _RunWidgets:
     """The widgets of one run."""
 
     def __init__(self, stop: Optional[Callable[[], None]]) -> None:
-        self.title = w.HTML()
-        self.stop_button = w.Button(description="Stop", button_style="danger", icon="stop",
-                                    tooltip="terminate this run's workers",
-                                    layout=w.Layout(width="90px", display=_SHOWN if stop else _HIDDEN))
+        self.title = _hook(w.HTML(), "title")
+        self.stop_button = _hook(w.Button(description="Stop", button_style="danger", icon="stop",
+                                          tooltip="terminate this run's workers",
+                                          layout=w.Layout(width="90px", display=_SHOWN if stop else _HIDDEN)), "stop")
         self.progress = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="300px"))
         self.progress_label = w.HTML()
-        self.table = w.HTML()
-        self.failures = w.Accordion(layout=w.Layout(display=_HIDDEN))
-        self.outputs = w.Accordion(layout=w.Layout(display=_HIDDEN))
+        self.table = _hook(w.HTML(), "workers")
+        self.failures = _hook(w.Accordion(layout=w.Layout(display=_HIDDEN)), "failures")
+        self.outputs = _hook(w.Accordion(layout=w.Layout(display=_HIDDEN)), "outputs")
         self._output_html: Dict[int, w.HTML] = {}
         self._stop = stop
         self.stop_button.on_click(self._on_stop)
         # Without this a click waits for the blocked cell to end (see _subshell.py).
         self._route = ClickRoute.open(self.stop_button) if stop is not None else None
-        self.box = w.VBox([w.HBox([self.title, self.stop_button]), w.HBox([self.progress, self.progress_label]),
-                           self.table, self.failures, self.outputs])
+        self.box = _hook(w.VBox([w.HBox([self.title, self.stop_button]), w.HBox([self.progress, self.progress_label]),
+                                 self.table, self.failures, self.outputs]), "run")
 
     def _on_stop(self, _button: w.Button) -> None:
         self.stop_button.disabled = True
@@ -111,8 +121,8 @@ class WidgetView:
         self._stop_for = stop_for
         self._runs: Dict[int, _RunWidgets] = {}
         self._runs_box = w.VBox()
-        self._shm = w.HTML()
-        self.root = w.VBox([self._runs_box, self._shm])
+        self._shm = _hook(w.HTML(), "shm")
+        self.root = _hook(w.VBox([self._runs_box, self._shm]), "dashboard")
         self._display: Optional[Any] = None  # the DisplayHandle once shown
         self._summary: Optional[str] = None  # the text/plain it shows now
         self._lock = threading.Lock()  # the ticker and a final render may update at once
