@@ -72,7 +72,9 @@ class SerialExecutor(_Inherited):
     Like ``torch_xla``'s ``MpSerialExecutor``: create it in the parent, before the
     workers start; each worker calls :meth:`run`, and a shared lock makes the
     calls take turns (e.g. one download of a dataset, the others then find it
-    on disk).
+    on disk). For workers started by spawn or forkserver, make it with their
+    context (``nbmp.SerialExecutor(ctx=nbmp.get_context("spawn"))``): a lock of
+    the fork context cannot be sent to them.
 
     Example::
 

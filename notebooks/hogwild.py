@@ -38,7 +38,7 @@ def train(rank, model, X, y, epochs=5):
             loss = ((model(X[idx]) - y[idx]) ** 2).mean()
             loss.backward()
             opt.step()
-    return float(loss)
+    return loss.item()
 
 
 last_losses = nbmp.spawn(train, args=(model, X, y), nprocs=2)

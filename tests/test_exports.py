@@ -21,6 +21,13 @@ def test_every_nbmp_name_resolves_and_is_documented():
             assert obj.__doc__, f"nbmp.{name} has no docstring"
 
 
+def test_every_nbmp_name_is_in_the_api_reference():
+    import os
+    with open(os.path.join(os.path.dirname(__file__), "..", "docs", "api.md")) as f:
+        listed = {line.split("::: nbmp.")[1].strip() for line in f if line.startswith("::: nbmp.")}
+    assert sorted(set(nbmp.__all__) - set(multiprocessing.__all__) - listed) == []
+
+
 def test_public_namespace_is_deliberate():
     public = {name for name in dir(nbmp) if not name.startswith("_")}
     submodules = {"managers", "shared_memory", "widgets"}

@@ -34,4 +34,4 @@ class Cuda(ForkHandler):
 
     def in_child(self, worker: Worker) -> None:
         if worker.forked and self.parent_initialized:
-            sys.modules["torch"].set_default_device("cpu")
+            sys.modules["torch"].set_default_device(None)  # CPU, with no device mode left on every torch call
