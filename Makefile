@@ -11,7 +11,7 @@ TORCH_PIN := torch==2.13.0
 WITH_TORCH ?= $(if $(filter 3.11,$(PYVER)),1,0)
 PYTEST_ARGS ?=
 
-.PHONY: test lab demo notebooks docs browser-test clean venv
+.PHONY: test lab demo notebooks docs browser-test bench clean venv
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,3 +55,14 @@ browser-test: venv
 	scripts/install_chromium.sh
 	$(PIP) install -e '.[browser]'
 	$(PY) -m pytest browser_tests $(PYTEST_ARGS)
+
+## make bench: every benchmark, nbmp beside its peers in one run each (a quiet machine, please);
+## Markdown tables to build/bench/, plots to docs/img/bench_*.png (pasted into docs/benchmarks.md)
+bench: venv
+	$(PIP) install -e '.[bench]'
+	mkdir -p build/bench
+	for b in spawn pool sharing dashboard; do \
+		PYTHONPATH=. $(PY) benchmarks/bench_$$b.py --plot docs/img/bench_$$b.png > build/bench/$$b.md || exit 1; \
+		cat build/bench/$$b.md; \
+	done
+	PYTHONPATH=. $(PY) benchmarks/fork_safety.py > build/bench/fork_safety.md && cat build/bench/fork_safety.md

@@ -16,6 +16,7 @@ import multiprocessing
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+import _plot
 import nbmp
 
 
@@ -112,16 +113,23 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--plot", default=None, help="save a bar chart here (matplotlib)")
     args = parser.parse_args()
     items = list(range(args.tasks))
     print(f"{args.tasks:,} tiny tasks on {args.workers} workers (fork), tasks/s, best of {args.repeat}\n")
     print("| chunksize | library | tasks/s | vs multiprocessing.Pool |")
     print("|---|---|---:|---:|")
+    by_chunk = {}
     for chunk in (None, 1000):
-        rates = _rates(cases(args.workers, chunk), items, args.repeat)
+        rates = by_chunk[f"chunksize {chunk or 'default'}"] = _rates(cases(args.workers, chunk), items, args.repeat)
         base = rates["multiprocessing.Pool"]
         for name, rate in sorted(rates.items(), key=lambda kv: -kv[1]):
             print(f"| {chunk or 'default'} | {name} | {_rate(rate)} | {rate / base:.2f}x |")
+    if args.plot:
+        names = sorted(by_chunk["chunksize default"], key=lambda n: -by_chunk["chunksize default"][n])
+        _plot.bars(args.plot, names, {label: [rates.get(n) for n in names] for label, rates in by_chunk.items()},
+                   title=f"{args.tasks:,} tiny tasks on {args.workers} workers (fork), best of {args.repeat}",
+                   xlabel="tasks per second (log scale)", log=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import psutil
 
+import _plot
 import nbmp
 
 MiB = 1 << 20
@@ -254,24 +255,10 @@ def main() -> None:
 
 
 def plot(results: Dict[str, List[Optional[float]]], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     names = list(results)
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    width = 0.25
-    for k, label in enumerate(SIZES):
-        ys = [results[n][k] or 0 for n in names]
-        ax.barh([i + k * width for i in range(len(names))], ys, height=width, label=label)
-    ax.set_yticks([i + width for i in range(len(names))])
-    ax.set_yticklabels(names, fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("seconds per round trip (log scale, median)")
-    ax.invert_yaxis()
-    ax.legend(title="array size")
-    ax.set_title("float32 array parent → worker → parent (2 shared cores, noisy)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _plot.bars(path, names, {label: [results[n][k] for n in names] for k, label in enumerate(SIZES)},
+               title="float32 array parent → worker → parent (median round trip)",
+               xlabel="seconds per round trip (log scale)", log=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Time from the call to all results for 4 trivial workers, in a parent that has
 imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_spawn.py [--repeat N]``; prints a
+Run: ``PYTHONPATH=. python benchmarks/bench_spawn.py [--repeat N] [--plot PNG]``; prints a
 Markdown table of medians and ratios to the raw fork floor (4 x os.fork + waitpid).
 """
 
@@ -24,6 +24,7 @@ try:
 except ImportError:  # the torch rows are skipped
     torch = torch_mp = None
 
+import _plot
 import nbmp
 
 NPROCS = 4
@@ -89,6 +90,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=21, help="timed runs of the fork-based rows")
     parser.add_argument("--repeat-spawn", type=int, default=3, help="timed runs of the spawn-based rows")
+    parser.add_argument("--plot", default=None, help="save a bar chart here (matplotlib)")
     opts = parser.parse_args()
     fork_rows: List[Tuple[str, Callable[[], None]]] = [
         ("raw floor: 4 x os.fork + waitpid", raw_fork_floor),
@@ -112,6 +114,10 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name, seconds, n in results:
         print(f"| {name} | {seconds * 1e3:.1f} | {n} | {seconds / floor:.2f} |")
+    if opts.plot:
+        _plot.bars(opts.plot, [name for name, _, _ in results], {"median": [t * 1e3 for _, t, _ in results]},
+                   title=f"{NPROCS} trivial workers, from the call to all results (parent imported numpy, torch)",
+                   xlabel="milliseconds (log scale)", log=True)
 
 
 if __name__ == "__main__":
