@@ -79,6 +79,25 @@ def test_unranked_processes_are_reproducible_by_start_order(ctx):
     assert run_workers(ctx, draw, 2, ranked=False) == first
 
 
+LAZY_NUMPY_RANDOM = """
+import sys, numpy, nbmp                      # NumPy 2 imports numpy.random lazily: not here
+assert "numpy.random" not in sys.modules
+def untouched(i):
+    return "numpy.random" in sys.modules     # nbmp must not import it in every worker
+def draw(i):
+    import numpy.random
+    return int(numpy.random.randint(2**31))
+print(nbmp.spawn(untouched, nprocs=2))
+nbmp.seed(7); first = nbmp.spawn(draw, nprocs=3)
+nbmp.seed(7); again = nbmp.spawn(draw, nprocs=3)
+print(first == again, len(set(first)))
+"""
+
+
+def test_numpy_random_first_imported_in_a_worker_is_seeded_there():
+    assert run_main(LAZY_NUMPY_RANDOM).split("\n")[:2] == ["[False, False]", "True 3"]
+
+
 def test_seed_rejects_non_integers():
     with pytest.raises(TypeError, match="nbmp.seed"):
         nbmp.seed(1.5)
