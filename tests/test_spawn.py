@@ -3,6 +3,7 @@ once per start method, plus nbmp's extensions (return values, lambdas, events)."
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import re
@@ -37,6 +38,7 @@ def _raise_always(i):
 
 def _signal_self(i, signum):
     if i == 0:
+        faulthandler.disable()  # pytest's faulthandler would print a dump of an intended SIGSEGV
         os.kill(os.getpid(), signum)
     time.sleep(TIMEOUT)
 
