@@ -119,15 +119,16 @@ def main() -> None:
     print(f"{args.tasks:,} tiny tasks on {args.workers} workers (fork), tasks/s, best of {args.repeat}\n")
     print("| chunksize | library | tasks/s | vs multiprocessing.Pool |")
     print("|---|---|---:|---:|")
-    by_chunk = {}
+    by_chunk: Dict[str, Dict[str, float]] = {}  # "chunksize ..." -> library -> tasks/s
     for chunk in (None, 1000):
         rates = by_chunk[f"chunksize {chunk or 'default'}"] = _rates(cases(args.workers, chunk), items, args.repeat)
         base = rates["multiprocessing.Pool"]
         for name, rate in sorted(rates.items(), key=lambda kv: -kv[1]):
             print(f"| {chunk or 'default'} | {name} | {_rate(rate)} | {rate / base:.2f}x |")
     if args.plot:
-        names = sorted(by_chunk["chunksize default"], key=lambda n: -by_chunk["chunksize default"][n])
-        _plot.bars(args.plot, names, {label: [rates.get(n) for n in names] for label, rates in by_chunk.items()},
+        default = by_chunk["chunksize default"]
+        names = sorted(default, key=lambda n: -default[n])
+        _plot.bars(args.plot, names, {label: [row.get(n) for n in names] for label, row in by_chunk.items()},
                    title=f"{args.tasks:,} tiny tasks on {args.workers} workers (fork), best of {args.repeat}",
                    xlabel="tasks per second (log scale)", log=True)
 

@@ -52,7 +52,7 @@ _watcher = _Watcher()
 
 
 def when_imported(name: str, callback: Callable[[], None]) -> None:
-    """Call ``callback()`` right after top-level module ``name`` is first imported (now, if it is)."""
+    """Call ``callback()`` right after module ``name`` (``"torch"``, ``"numpy.random"``) is first imported (now, if it is)."""
     if name in sys.modules:
         callback()
         return
