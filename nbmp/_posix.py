@@ -17,7 +17,9 @@ import threading
 import time
 from typing import Any, Iterator, Optional
 
-__all__ = ["prepare", "die_with_parent", "interrupts_blocked", "ignore_interrupts", "flush_c_stdio"]
+__all__ = [
+    "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "ignore_interrupts", "flush_c_stdio",
+]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -115,6 +117,32 @@ def interrupts_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold back the main thread's SIGINT handler (KeyboardInterrupt) until the block ends.
+
+    For the start of a run: an interrupt that lands while the workers and their
+    supervising thread start would leave the run half-owned (a thread already reading
+    pipes that the caller then closes). Deferred, it is raised on leaving the block,
+    where the caller stops the run through its supervisor. Outside the main thread,
+    or under a handler set from C, nothing changes.
+    """
+    pending: list = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield  # interrupts are not raised here, or the handler (set from C) could not be put back
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            if callable(previous):
+                previous(signal.SIGINT, pending[0])
+            elif previous == signal.SIG_DFL:
+                os.kill(os.getpid(), signal.SIGINT)
 
 
 def ignore_interrupts() -> None:

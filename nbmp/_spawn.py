@@ -176,27 +176,21 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         if sink is not None:
             events.sinks.append(sink)
     events.handle(started)
+    process_context: Optional[ProcessContext] = None
     try:
-        workers = _start_workers(ctx, fn, args, nprocs, daemon, output, run_id, events)
-    except BaseException:
-        board.close()
-        raise
-    try:
-        flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
-        supervisor = Supervisor(run_id, workers, events, flush, grace_period)
-        supervisor.start()
-    except BaseException:
-        _abandon(workers)
-        raise
-    process_context = ProcessContext([w.process for w in workers], supervisor)
-    stop.supervisor = supervisor
-    if not join:
-        return process_context
-    try:
+        # An interrupt while the run starts is raised once its supervisor runs, so that
+        # it stops the workers the way an interrupt in join does.
+        with _posix.interrupts_deferred():
+            process_context = _start_run(ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
+                                         board)
+            stop.supervisor = process_context._supervisor
+        if not join:
+            return process_context
         while not process_context.join():
             pass
     except KeyboardInterrupt:  # also one that came just before join was entered
-        process_context._stop_after_interrupt()
+        if process_context is not None:
+            process_context._stop_after_interrupt()
         raise
     return process_context.results
 
@@ -242,20 +236,24 @@ def _name_of(fn: Callable[..., Any]) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)
 
 
-def _start_workers(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool,
-                   output: str, run_id: int, events: Broadcast) -> List[Worker]:
-    method = ctx.get_start_method()
+def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
+               run_id: int, events: Broadcast, grace_period: float, board: Any) -> ProcessContext:
+    """Start the workers and the thread that supervises them; on failure, undo it all."""
     workers: List[Worker] = []
-    _prepare_parent()
     try:
-        with _posix.interrupts_blocked():
+        _prepare_parent()
+        with _posix.interrupts_blocked():  # see interrupts_blocked: for the children's sake
             for i in range(nprocs):
-                workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, method))
+                workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, ctx.get_start_method()))
                 events.handle(WorkerStarted(run_id, i, int(workers[-1].process.pid)))
+        flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
+        supervisor = Supervisor(run_id, workers, events, flush, grace_period)
+        supervisor.start()
     except BaseException:
         _abandon(workers)
+        board.close()
         raise
-    return workers
+    return ProcessContext([w.process for w in workers], supervisor)
 
 
 def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,

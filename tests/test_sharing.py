@@ -139,8 +139,8 @@ def test_every_channel_carries_a_handle(ctx):
     a = nbmp.zeros(1000, dtype="int64")
     a[:] = 1
 
-    def mark(x):
-        x[0] += 1
+    def mark(x, i):
+        x[i] = 100 + i  # a slot per task: concurrent workers never race on one element
         return x[:10]
 
     simple = ctx.SimpleQueue()
@@ -154,12 +154,12 @@ def test_every_channel_carries_a_handle(ctx):
     left.send(a[5:])
     assert address(right.recv()) == address(a) + 40
     with ctx.Pool(2) as pool:
-        results = pool.map(mark, [a, a, a])
-    assert a[0] == 4 and all(address(r) == address(a) for r in results)
-    p = ctx.Process(target=mark, args=(a,))
+        results = pool.starmap(mark, [(a, 1), (a, 2), (a, 3)])
+    assert list(a[:4]) == [1, 101, 102, 103] and all(address(r) == address(a) for r in results)
+    p = ctx.Process(target=mark, args=(a, 4))
     p.start()
     p.join(TIMEOUT)
-    assert a[0] == 5
+    assert a[4] == 104
 
 
 def test_unshared_big_array_is_moved_once(ctx, strategy):

@@ -3,10 +3,12 @@ the workers and raises KeyboardInterrupt once; no worker prints a traceback."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -71,3 +73,33 @@ def test_interrupt_while_joining_a_context_stops_workers():
         signal.signal(signal.SIGALRM, previous)
     assert all(p.exitcode == -signal.SIGTERM for p in context.processes)
     assert context.results is None
+
+
+def _open_fds():
+    return set(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open fds through /proc")
+def test_interrupt_while_the_supervisor_starts_stops_the_run_through_it(monkeypatch):
+    # The race CI once hit: SIGINT landed in Supervisor.start after its thread was
+    # running, and cleaning up closed the pipes that thread was reading (EBADF).
+    from nbmp import _supervisor
+
+    start = _supervisor.Supervisor.start
+
+    def start_then_interrupt(self):
+        start(self)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)  # the interrupt is due here, with the supervisor already running
+
+    def sleeper(i):
+        time.sleep(TIMEOUT * 4)
+
+    monkeypatch.setattr(_supervisor.Supervisor, "start", start_then_interrupt)
+    fds = _open_fds()
+    with pytest.raises(KeyboardInterrupt):
+        nbmp.spawn(sleeper, nprocs=2, output="prefix")
+    assert nbmp.active_children() == []
+    assert [t.name for t in threading.enumerate() if t.name.startswith("nbmp-spawn-")] == []
+    gc.collect()  # the processes' sentinels close with them
+    assert _open_fds() == fds  # every pipe closed once, by the supervisor
