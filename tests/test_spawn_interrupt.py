@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,9 +38,18 @@ def _start(source):
                             text=True, start_new_session=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
 
 
-@pytest.mark.parametrize("method", START_METHODS)
-def test_ctrl_c_on_the_process_group(method):
-    proc = _start(SCRIPT.format(method=method))
+SLOW_SUPERVISOR_START = """
+import time, nbmp._supervisor
+_start = nbmp._supervisor.Supervisor.start
+def _slow_start(self):  # the workers are ready before the run is: Ctrl-C lands in between
+    _start(self)
+    time.sleep(1.5)
+nbmp._supervisor.Supervisor.start = _slow_start
+"""
+
+
+def _interrupt_after_the_workers_are_ready(source):
+    proc = _start(source)
     pids = []
     try:
         while len(pids) < 4:
@@ -55,8 +65,17 @@ def test_ctrl_c_on_the_process_group(method):
     assert proc.returncode != 0
     assert "parent interrupted; children: 0" in out, (out, err)
     assert err.count("Traceback") == 1 and err.rstrip().endswith("KeyboardInterrupt")
-    assert "[0]" not in err and "[3]" not in err  # nothing from the workers
+    assert re.findall(r"^\[\d\] .*$", err, re.M) == []  # no line relayed from a worker
     assert [pid for pid in pids if psutil.pid_exists(pid)] == []
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_ctrl_c_on_the_process_group(method):
+    _interrupt_after_the_workers_are_ready(SCRIPT.format(method=method))
+
+
+def test_ctrl_c_while_the_run_starts():
+    _interrupt_after_the_workers_are_ready(SLOW_SUPERVISOR_START + SCRIPT.format(method="fork"))
 
 
 def test_interrupt_while_joining_a_context_stops_workers():
