@@ -78,7 +78,9 @@ class Supervisor:
     def start(self) -> None:
         # Run in a copy of the caller's context: ipykernel keeps the current cell in a
         # context variable, so the relayed lines land in the cell that called spawn.
-        thread = threading.Thread(target=contextvars.copy_context().run, args=(self._main,),
+        # The target is a method of this class, so the thread counts as nbmp's own (not a
+        # user thread to warn about) when another run forks (see nbmp._fork_threads).
+        thread = threading.Thread(target=self._run_in, args=(contextvars.copy_context(),),
                                   name=f"nbmp-spawn-{self.run_id}", daemon=True)
         thread.start()
 
@@ -95,6 +97,9 @@ class Supervisor:
     # ------------------------------------------------------------------
     # The loop
     # ------------------------------------------------------------------
+
+    def _run_in(self, context: contextvars.Context) -> None:
+        context.run(self._main)
 
     def _main(self) -> None:
         try:

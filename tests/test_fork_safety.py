@@ -317,6 +317,18 @@ def test_register_fork_handler_rejects_bad_input():
 # -- nbmp's own threads -------------------------------------------------------------------
 
 
+def test_a_running_spawn_is_no_hazard_to_the_next_one():
+    # The first run's supervising thread is nbmp's own: not a "user thread" to warn about.
+    first = nbmp.spawn(lambda i: time.sleep(0.5), nprocs=1, join=False)
+    try:
+        assert [t.name for t in threading.enumerate() if t.name.startswith("nbmp-spawn-")]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", nbmp.ForkSafetyWarning)
+            assert nbmp.spawn(lambda i: i, nprocs=2) == [0, 1]
+    finally:
+        assert first.join(TIMEOUT)
+
+
 @pytest.mark.filterwarnings("ignore::nbmp.ForkSafetyWarning")  # the stand-in thread lives in this test module
 def test_nbmp_threads_are_at_a_safe_point_at_every_fork():
     lock = nbmp._forking.ForkLock("test worker")
