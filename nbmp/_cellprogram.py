@@ -51,6 +51,6 @@ def _shipped_globals(codes: Iterator[types.CodeType], user_ns: Dict[str, Any]) -
     names = {name for code in codes for name in code.co_names} - _SHELL_NAMES
     shipped = {name: user_ns[name] for name in sorted(names) if name in user_ns}
     # Fail here, naming the variable, rather than in the middle of starting workers.
-    _pickling.dumps_explained(shipped, {f"notebook variable {name!r}": value for name, value in shipped.items()},
+    _pickling.check_picklable(shipped, {f"notebook variable {name!r}": value for name, value in shipped.items()},
                               "ship it to spawned %%nbmp workers")
     return shipped

@@ -17,16 +17,19 @@ stdlib code reading from an nbmp channel) need nothing special.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import pickle
 import sys
+import threading
 from collections import ChainMap
 from multiprocessing import reduction
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 import cloudpickle
 
-__all__ = ["PicklingError", "dumps", "loads", "register_reducer", "register_framework_reducers"]
+__all__ = ["PicklingError", "dumps", "loads", "check_picklable", "probing", "register_reducer",
+           "register_framework_reducers"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
@@ -142,6 +145,34 @@ def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
         raise unpicklable(exc, roots, action) from exc
 
 
+def check_picklable(obj: Any, roots: Mapping[str, Any], action: str) -> None:
+    """Raise what :func:`dumps_explained` would, and keep nothing: for checks made before
+    any process starts. The pickle is thrown away, so reducers see :func:`probing`."""
+    with _probing():
+        dumps_explained(obj, roots, action)
+
+
+_probe = threading.local()
+
+
+def probing() -> bool:
+    """Whether this thread pickles only to check: nothing will load the bytes.
+
+    Reducers that hand out a resource with each pickle (a shared-memory handle is one
+    reference, taken by the process that loads it) must hand out none while probing.
+    """
+    return getattr(_probe, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _probing() -> Iterator[None]:
+    _probe.depth = getattr(_probe, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _probe.depth -= 1
+
+
 # --------------------------------------------------------------------------
 # Locating what could not be pickled
 # --------------------------------------------------------------------------
@@ -191,7 +222,8 @@ def _children(path: str, obj: Any) -> Iterator[Tuple[str, Any]]:
 
 def _picklable(obj: Any) -> bool:
     try:
-        dumps(obj)
+        with _probing():
+            dumps(obj)
     except PICKLE_ERRORS:
         return False
     except Exception:  # anything else a __reduce__ may raise: still the culprit

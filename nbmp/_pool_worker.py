@@ -112,6 +112,8 @@ class Prepickled:
     microseconds per task; a map of many chunks would pay it per chunk, on both
     sides. The bytes are made at the first task and reused; workers keep the few
     latest functions by their bytes (identical bytes, identical function).
+    A function that carries shared arrays or tensors is pickled per task instead:
+    each handle in it can be loaded by one process only.
     """
 
     __slots__ = ("func", "data")
@@ -120,10 +122,15 @@ class Prepickled:
         self.func, self.data = func, b""
 
     def __reduce__(self) -> Any:
-        if not self.data:
-            self.data = _pickling.dumps_explained(self.func, {"the function": self.func},
-                                                  "send it to the Pool's workers")
-        return _load_function, (self.data,)
+        if self.data:
+            return _load_function, (self.data,)
+        from ._sharing import _segments
+        issued = _segments.handles_issued()
+        data = _pickling.dumps_explained(self.func, {"the function": self.func}, "send it to the Pool's workers")
+        if _segments.handles_issued() != issued:
+            return _pickling.loads, (data,)  # bytes never seen twice: nothing to keep in the workers
+        self.data = data
+        return _load_function, (data,)
 
 
 _functions: "dict[bytes, Any]" = {}

@@ -71,6 +71,6 @@ def _check_picklable(fn: Any, args: Tuple[Any, ...], method: str) -> None:
     previous = context.get_spawning_popen()
     context.set_spawning_popen(_ProbePopen())
     try:
-        _pickling.dumps_explained((fn, args), roots, f"start workers with the {method!r} start method")
+        _pickling.check_picklable((fn, args), roots, f"start workers with the {method!r} start method")
     finally:
         context.set_spawning_popen(previous)

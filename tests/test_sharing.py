@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -160,6 +161,23 @@ def test_every_channel_carries_a_handle(ctx):
     p.start()
     p.join(TIMEOUT)
     assert a[4] == 104
+
+
+def test_a_map_function_carrying_arrays_reaches_every_worker(ctx):
+    # A map's function is pickled once for all its tasks: every worker that loads it
+    # must still get the arrays it carries (a shared one, and a big one that is moved).
+    flags = nbmp.zeros(2, dtype="int64")
+    big = np.arange(2 * MiB, dtype=np.float32)
+
+    def meet(i):
+        flags[i] = 1
+        deadline = time.monotonic() + TIMEOUT
+        while flags.sum() < 2 and time.monotonic() < deadline:  # both tasks at once: one per worker
+            time.sleep(0.001)
+        return int(flags.sum()), float(big[i + 1])
+
+    with ctx.Pool(2) as pool:
+        assert pool.map_async(meet, range(2), chunksize=1).get(TIMEOUT) == [(2, 1.0), (2, 2.0)]
 
 
 def test_unshared_big_array_is_moved_once(ctx, strategy):

@@ -78,6 +78,23 @@ def test_worker_dying_while_holding_shared_memory_frees_it(ctx, strategy, how):
     assert not nbmp_names(os.getpid())
 
 
+def first_elements(i, shared, moved):
+    return int(shared[0]), int(moved[0])
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_checking_that_spawn_args_pickle_holds_no_memory(method):
+    # spawn checks that fn and args pickle before any process starts: that check must
+    # not leave a reference (or a moved copy) that no process will ever take.
+    shared = nbmp.zeros(1 << 20, dtype="uint8")
+    shared[0] = 1
+    moved = np.full(1 << 20, 2, dtype="uint8")
+    assert nbmp.spawn(first_elements, args=(shared, moved), nprocs=2, start_method=method) == [(1, 2)] * 2
+    del shared
+    wait_until(lambda: nbmp.shm_usage().segments == 0 and nbmp.shm_usage().in_flight == 0,
+               "every segment and ticket is released")
+
+
 # Pipes only: the stdlib's Queue semaphores would be named (and left by a SIGKILL) under spawn.
 PARENT_KILLED = """
     import os, signal, sys, time

@@ -24,9 +24,10 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from .. import _pickling
 from . import _client, _space, _strategies
 
-__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "attach", "find", "live"]
+__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "handles_issued", "attach", "find", "live"]
 
 
 class Handle(NamedTuple):
@@ -156,10 +157,12 @@ def write_all(fd: int, size: int, flat: Any) -> None:
 def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
     """A new segment filled by ``fill(fd, size)`` and held only by the ticket returned."""
     size = max(nbytes, 1)
+    if _pickling.probing():  # a check's pickle, never loaded: no copy, no reference
+        return Handle(0, "", "", size, "-")
     fd, seg, path = _open_new(size)
     try:
         fill(fd, size)
-        root, ticket = _client.tree_root(), _new_name()
+        root, ticket = _client.tree_root(), _new_ticket()
         _client.send(root, f"nt {seg} {ticket} {size} {path}\n", [fd] if path == "-" else ())
     except BaseException:
         _discard(fd, path)
@@ -173,9 +176,31 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
 # --------------------------------------------------------------------------
 
 
+_issued = 0  # tickets made by this process, counted under _lock
+
+
+def _new_ticket() -> str:
+    global _issued
+    with _lock:
+        _issued += 1
+    return _new_name()
+
+
+def handles_issued() -> int:
+    """How many handles this process has made so far.
+
+    A handle's ticket is one reference, taken by the one process that loads it: bytes
+    pickled with handles inside must be loaded once. A caller that would reuse pickled
+    bytes compares this count before and after pickling.
+    """
+    return _issued
+
+
 def ticket_for(mapped: Mapped) -> Handle:
     """A handle for a segment this process maps: one more reference, carried by a ticket."""
-    ticket = _new_name()
+    if _pickling.probing():  # a check's pickle, never loaded: no reference
+        return Handle(mapped.root, mapped.seg, "", mapped.size, mapped.path)
+    ticket = _new_ticket()
     _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
     return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
 
