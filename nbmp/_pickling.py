@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 import cloudpickle
 
-__all__ = ["PicklingError", "dumps", "loads", "check_picklable", "probing", "register_reducer",
-           "register_framework_reducers"]
+__all__ = ["PicklingError", "dumps", "loads", "dumps_reusable", "check_picklable", "probing", "note_single_use",
+           "register_reducer", "register_framework_reducers"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
@@ -145,6 +145,14 @@ def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
         raise unpicklable(exc, roots, action) from exc
 
 
+def dumps_reusable(obj: Any, roots: Mapping[str, Any], action: str) -> Tuple[bytes, bool]:
+    """:func:`dumps_explained`, and whether the bytes may be loaded more than once
+    (False when a reducer put a single-use part in them: see :func:`note_single_use`)."""
+    before = getattr(_state, "single_use", 0)
+    data = dumps_explained(obj, roots, action)
+    return data, getattr(_state, "single_use", 0) == before
+
+
 def check_picklable(obj: Any, roots: Mapping[str, Any], action: str) -> None:
     """Raise what :func:`dumps_explained` would, and keep nothing: for checks made before
     any process starts. The pickle is thrown away, so reducers see :func:`probing`."""
@@ -152,7 +160,7 @@ def check_picklable(obj: Any, roots: Mapping[str, Any], action: str) -> None:
         dumps_explained(obj, roots, action)
 
 
-_probe = threading.local()
+_state = threading.local()  # per thread: probing depth, single-use parts handed out
 
 
 def probing() -> bool:
@@ -161,16 +169,22 @@ def probing() -> bool:
     Reducers that hand out a resource with each pickle (a shared-memory handle is one
     reference, taken by the process that loads it) must hand out none while probing.
     """
-    return getattr(_probe, "depth", 0) > 0
+    return getattr(_state, "depth", 0) > 0
+
+
+def note_single_use() -> None:
+    """Called by a reducer that puts in the pickle a part only one load may take (a
+    shared-memory ticket): the bytes being made must not be loaded twice."""
+    _state.single_use = getattr(_state, "single_use", 0) + 1
 
 
 @contextlib.contextmanager
 def _probing() -> Iterator[None]:
-    _probe.depth = getattr(_probe, "depth", 0) + 1
+    _state.depth = getattr(_state, "depth", 0) + 1
     try:
         yield
     finally:
-        _probe.depth -= 1
+        _state.depth -= 1
 
 
 # --------------------------------------------------------------------------

@@ -124,10 +124,9 @@ class Prepickled:
     def __reduce__(self) -> Any:
         if self.data:
             return _load_function, (self.data,)
-        from ._sharing import _segments
-        issued = _segments.handles_issued()
-        data = _pickling.dumps_explained(self.func, {"the function": self.func}, "send it to the Pool's workers")
-        if _segments.handles_issued() != issued:
+        data, reusable = _pickling.dumps_reusable(self.func, {"the function": self.func},
+                                                  "send it to the Pool's workers")
+        if not reusable:
             return _pickling.loads, (data,)  # bytes never seen twice: nothing to keep in the workers
         self.data = data
         return _load_function, (data,)

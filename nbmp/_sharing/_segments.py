@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from .. import _pickling
 from . import _client, _space, _strategies
 
-__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "handles_issued", "attach", "find", "live"]
+__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "attach", "find", "live"]
 
 
 class Handle(NamedTuple):
@@ -176,24 +176,9 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
 # --------------------------------------------------------------------------
 
 
-_issued = 0  # tickets made by this process, counted under _lock
-
-
 def _new_ticket() -> str:
-    global _issued
-    with _lock:
-        _issued += 1
+    _pickling.note_single_use()  # one reference: the pickle carrying it is loaded once
     return _new_name()
-
-
-def handles_issued() -> int:
-    """How many handles this process has made so far.
-
-    A handle's ticket is one reference, taken by the one process that loads it: bytes
-    pickled with handles inside must be loaded once. A caller that would reuse pickled
-    bytes compares this count before and after pickling.
-    """
-    return _issued
 
 
 def ticket_for(mapped: Mapped) -> Handle:
