@@ -11,7 +11,10 @@ TORCH_PIN := torch==2.13.0
 WITH_TORCH ?= $(if $(filter 3.11,$(PYVER)),1,0)
 PYTEST_ARGS ?=
 
-.PHONY: test lab demo notebooks docs browser-test bench clean venv
+# The Pythons a user may install the wheel on (make wheel-check).
+WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
+
+.PHONY: test typecheck lab demo notebooks docs browser-test bench clean venv wheel-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +26,19 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-## make test: set up the virtualenv and run the whole suite (notebooks included)
-test: venv
+## make test: set up the virtualenv, type-check nbmp/ (mypy) and run the whole suite (notebooks included)
+test: venv typecheck
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## make typecheck: mypy over nbmp/ (settings in pyproject.toml: strict for the public API)
+typecheck: venv
+	$(PY) -m mypy
+
+## make wheel-check: build the sdist and wheel, check they hold every module, then install the
+## wheel (not editable) in a fresh virtualenv per Python in WHEEL_PYTHONS and run a notebook
+## user's first steps there (scripts/smoke.py) and the quickstart notebook in a real kernel
+wheel-check: venv
+	$(PY) scripts/check_wheel.py $(WHEEL_PYTHONS)
 
 ## make demo: execute notebooks/quickstart.ipynb headless in a real kernel, print its output
 demo: venv
@@ -38,7 +51,7 @@ lab: venv
 		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/quickstart.ipynb
 
 clean:
-	rm -rf .venv-* *.egg-info .pytest_cache
+	rm -rf .venv-* *.egg-info .pytest_cache .mypy_cache build
 
 ## make notebooks: regenerate notebooks/*.ipynb from their .py sources
 notebooks: venv

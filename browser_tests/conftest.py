@@ -21,7 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DIAGNOSTICS = ROOT / "build" / "browser-test"  # where a failed run leaves its evidence
 
 sys.path.insert(0, str(ROOT / "tests"))
-from leaks import child_pids, left_behind, shm_entries  # noqa: E402
+from leaks import PROBES, describe, left_behind, name_own_semaphores, snapshot  # noqa: E402
+
+name_own_semaphores()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -41,11 +43,10 @@ def failed(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(autouse=True)
 def nothing_left_behind() -> Iterator[None]:
     """Set up first, torn down last: sees the server, kernel, workers and browser gone."""
-    children_before, shm_before = child_pids(), shm_entries()
+    before = snapshot(PROBES)
     yield
-    leaked, new_shm = left_behind(children_before, shm_before)
-    assert not leaked, f"the browser test left processes running (now killed): {sorted(leaked)}"
-    assert not new_shm, f"the browser test left entries in /dev/shm: {sorted(new_shm)}"
+    leaks = left_behind(before, PROBES)
+    assert not leaks, f"the browser test left behind (processes now killed) {describe(leaks)}"
 
 
 @pytest.fixture

@@ -9,11 +9,12 @@ workers send or from what the parent observes, e.g. an exit code) and handed to
 from __future__ import annotations
 
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Protocol
+from typing import Callable, List, Optional, Protocol, Set
 
 __all__ = ["Event", "RunStarted", "WorkerStarted", "WorkerOutput", "WorkerRaised", "WorkerExited",
-           "TaskProgress", "RunFinished", "EventSink", "Broadcast"]
+           "TaskProgress", "RunFinished", "EventSink", "Broadcast", "deliver"]
 
 
 def _now() -> float:
@@ -95,18 +96,33 @@ class EventSink(Protocol):
     def handle(self, event: Event) -> None: ...
 
 
+# ids of the sinks whose failure was already reported: one warning per sink, not per event
+_failed_sinks: Set[int] = set()
+
+
+def deliver(sink: EventSink, event: Event) -> None:
+    """Hand ``event`` to ``sink``. A sink that raises never breaks the workers' run: its
+    first failure is reported as a RuntimeWarning naming the sink and the error, later
+    ones stay quiet (a broken display would otherwise warn on every event)."""
+    try:
+        sink.handle(event)
+    except Exception as exc:
+        if id(sink) not in _failed_sinks:
+            _failed_sinks.add(id(sink))
+            warnings.warn(f"nbmp: the event sink {sink!r} failed on {type(event).__name__} with "
+                          f"{type(exc).__name__}: {exc}; the run goes on without what it shows",
+                          RuntimeWarning, stacklevel=2)
+
+
 class Broadcast:
-    """Hands each event to every sink; a failing sink never breaks the run."""
+    """Hands each event to every sink; a failing sink never breaks the run (``deliver``)."""
 
     def __init__(self, sinks: Optional[List[EventSink]] = None) -> None:
         self.sinks: List[EventSink] = list(sinks or [])
 
     def handle(self, event: Event) -> None:
         for sink in self.sinks:
-            try:
-                sink.handle(event)
-            except Exception:  # a display problem must not stop the workers' run
-                pass
+            deliver(sink, event)
 
 
 _run_ids: Callable[[], int] = iter(range(1, 1 << 62)).__next__

@@ -1,15 +1,34 @@
 """Fixtures every test gets: a per-start-method parameter, and a guard that fails a
-test which leaves child processes, /dev/shm entries or fork handlers behind."""
+test which leaves behind what it made: child processes, nbmp threads, shared-memory
+segments (as the janitor knows them, memfd ones included), /dev/shm entries or fork
+handlers. What other processes on the machine do meanwhile is never counted."""
 
 from __future__ import annotations
 
-from typing import Iterator
+import threading
+from typing import Iterator, Set
 
 import multiprocessing
 import pytest
 
 import nbmp
-from leaks import child_pids, left_behind, shm_entries  # noqa: F401 (child_pids: for tests)
+from leaks import PROBES, child_pids, describe, left_behind, name_own_semaphores, snapshot  # noqa: F401
+from nbmp._sharing._ledger import live_segments
+
+name_own_semaphores()  # the suite's semaphores are sem.mp-test<pid>-*: told apart from anyone else's
+
+
+def nbmp_threads() -> Set[str]:
+    """nbmp's own threads alive in this process (they are all named ``nbmp-...``)."""
+    return {f"{t.name} ({t.ident})" for t in threading.enumerate() if t.name.startswith("nbmp")}
+
+
+def janitor_segments() -> Set[str]:
+    """Live segments of this process tree, as its janitor knows them (no janitor started)."""
+    return {f"{seg} ({size} bytes)" for seg, size in live_segments().items()}
+
+
+GUARD = {**PROBES, "nbmp threads": nbmp_threads, "shared-memory segments": janitor_segments}
 
 # One timeout for every join and get in the suite (seconds).
 TIMEOUT = 30
@@ -19,16 +38,16 @@ START_METHODS = nbmp.get_all_start_methods()
 
 @pytest.fixture(autouse=True)
 def no_leaks() -> Iterator[None]:
-    """Fail the test if it leaves processes, shared-memory entries or fork handlers behind."""
-    children_before, shm_before = child_pids(), shm_entries()
+    """Fail the test if it leaves processes, threads, segments, /dev/shm entries or fork
+    handlers of its own behind; each leftover is named."""
+    before = snapshot(GUARD)
     handlers_before = nbmp._forking.user_handlers()
     yield
     handlers_left = [h for h in nbmp._forking.user_handlers() if h not in handlers_before]
     for handler in handlers_left:
         nbmp._forking._user_handlers.remove(handler)
-    leaked, new_shm = left_behind(children_before, shm_before)
-    assert not leaked, f"test left child processes running: {sorted(leaked)}"
-    assert not new_shm, f"test left entries in /dev/shm: {sorted(new_shm)}"
+    leaks = left_behind(before, GUARD)
+    assert not leaks, f"test left behind {describe(leaks)}"
     assert not handlers_left, f"test left fork handlers registered (call .remove() on the handle): {handlers_left}"
 
 

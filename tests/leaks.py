@@ -1,17 +1,38 @@
-"""What a test may leave behind: child processes and /dev/shm entries. Shared by the
-suite's autouse guard (tests/conftest.py) and the browser test (browser_tests/), which
-imports it by path; so it needs only psutil, not nbmp."""
+"""What a test may leave behind, and only what *this* process tree made: child processes
+and /dev/shm entries. Other processes on the machine (other test runs, other
+multiprocessing jobs) create and remove their own entries meanwhile; none of theirs is
+ever counted. Shared by the suite's autouse guard (tests/conftest.py, which adds nbmp's
+own threads and janitor segments) and the browser test (browser_tests/), which imports
+it by path; so it needs only psutil, not nbmp.
+
+Ownership of a /dev/shm entry is read from its name: nbmp's file_system segments are
+``nbmp-<pid>-...`` after the process that made them, and the standard library's named
+semaphores are ``sem.<semprefix>-...``; ``name_own_semaphores`` gives this process a
+semprefix of its own, so that its semaphores can be told from anyone else's.
+"""
 
 from __future__ import annotations
 
 import gc
 import multiprocessing
 import os
+import re
 import signal
 import time
-from typing import Set, Tuple
+from typing import Callable, Dict, Iterable, Optional, Set
 
 import psutil
+
+Probe = Callable[[], Set[str]]
+
+SEMPREFIX = f"/mp-test{os.getpid()}"
+_SEGMENT = re.compile(r"nbmp-(\d+)-")
+
+
+def name_own_semaphores() -> None:
+    """Name this process's standard-library semaphores ``sem.mp-test<pid>-...`` (the
+    standard module reads ``semprefix`` from the current process's config each time)."""
+    multiprocessing.current_process()._config["semprefix"] = SEMPREFIX  # type: ignore[attr-defined]
 
 
 def child_pids() -> Set[int]:
@@ -33,51 +54,57 @@ def _is_helper(cmdline: list) -> bool:
     return "multiprocessing.resource_tracker" in text or "multiprocessing.forkserver" in text
 
 
-def shm_entries() -> Set[str]:
-    """Entries of /dev/shm, minus those another process tree holds open or mapped (other
-    test runs may share this machine; an entry someone else holds is theirs, not a leak)."""
+def shm_entries(owners: Optional[Iterable[int]] = None) -> Set[str]:
+    """The entries of /dev/shm made by ``owners`` (default: this process and its live
+    descendants): nbmp segments named after one of them, and semaphores with this
+    process's semprefix. Everything else there belongs to someone else."""
     try:
-        names = set(os.listdir("/dev/shm"))
+        names = os.listdir("/dev/shm")
     except FileNotFoundError:
         return set()
-    return names - _held_outside_our_tree(names) if names else names
+    pids = {os.getpid(), *child_pids()} if owners is None else set(owners)
+    ours = set()
+    for name in names:
+        segment = _SEGMENT.match(name)
+        if (segment and int(segment.group(1)) in pids) or name.startswith("sem." + SEMPREFIX[1:] + "-"):
+            ours.add(name)
+    return ours
 
 
-def _held_outside_our_tree(names: Set[str]) -> Set[str]:
-    ours = {os.getpid()} | {p.pid for p in psutil.Process().children(recursive=True)}
-    held = set()
-    for pid in psutil.pids():
-        if pid in ours:
-            continue
-        try:
-            with open(f"/proc/{pid}/maps") as f:
-                maps = f.read()
-            fds = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-        except OSError:
-            continue
-        for name in names:
-            path = "/dev/shm/" + name
-            if path in maps or path in fds:
-                held.add(name)
-    return held
+def _child_processes() -> Set[str]:
+    return {str(pid) for pid in child_pids()}
 
 
-def left_behind(children_before: Set[int], shm_before: Set[str],
-                timeout: float = 10) -> Tuple[Set[int], Set[str]]:
-    """The processes and /dev/shm entries that are new since the snapshot, once those
-    still exiting have had ``timeout`` seconds to go; the processes are then killed."""
+PROBES: Dict[str, Probe] = {"child processes": _child_processes, "/dev/shm entries": shm_entries}
+
+
+def snapshot(probes: Dict[str, Probe]) -> Dict[str, Set[str]]:
+    """What each probe sees now."""
+    return {what: probe() for what, probe in probes.items()}
+
+
+def left_behind(before: Dict[str, Set[str]], probes: Dict[str, Probe],
+                timeout: float = 10) -> Dict[str, Set[str]]:
+    """What is new since ``before``, once what is still ending has had ``timeout``
+    seconds to go (only what is found waits: a clean test costs one look). Child
+    processes still alive then are killed."""
     deadline = time.monotonic() + timeout
     while True:
         multiprocessing.active_children()  # reap finished stdlib/nbmp children
         gc.collect()
-        leaked = child_pids() - children_before
-        new_shm = shm_entries() - shm_before
-        if (not leaked and not new_shm) or time.monotonic() > deadline:
+        new = {what: probe() - before.get(what, set()) for what, probe in probes.items()}
+        new = {what: found for what, found in new.items() if found}
+        if not new or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    for pid in leaked:
+    for pid in new.get("child processes", ()):
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return leaked, new_shm
+    return new
+
+
+def describe(leaks: Dict[str, Set[str]]) -> str:
+    """One line per kind of leftover, each thing named."""
+    return "; ".join(f"{what}: {', '.join(sorted(found))}" for what, found in leaks.items())

@@ -155,12 +155,28 @@ def test_a_broken_dashboard_does_not_break_the_run():
         def handle(self, event):
             raise RuntimeError("display failed")
 
-    broken = Broken()
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        def handle(self, event):
+            self.events.append(event)
+
+    broken, healthy = Broken(), Recorder()
+    sink = make_dashboard(False)
     _dashboard_watchers().add(broken)
+    _dashboard_watchers().add(healthy)
+    events = [ev.RunStarted(run_id=5, target="f", start_method="fork", nprocs=1),
+              ev.RunFinished(run_id=5, ok=True)]
     try:
-        make_dashboard(False).handle(ev.RunStarted(run_id=5, target="f", start_method="fork", nprocs=1))
+        with pytest.warns(RuntimeWarning, match=r"Broken.*failed on RunStarted.*display failed") as caught:
+            for event in events:
+                sink.handle(event)  # raises nothing: the run goes on
     finally:
         _dashboard_watchers().discard(broken)
+        _dashboard_watchers().discard(healthy)
+    assert healthy.events == events  # the other dashboards still saw every event
+    assert len([w for w in caught if "Broken" in str(w.message)]) == 1  # reported once, not per event
 
 
 def _dashboard_watchers():

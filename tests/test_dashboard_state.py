@@ -161,9 +161,19 @@ def test_formatting_helpers():
     assert [fmt_exit(c) for c in (None, 0, 3, -9)] == ["-", "0", "3", "SIGKILL"]
 
 
-def test_shm_reading_degrades_without_a_ledger():
+def test_shm_reading_degrades_without_a_ledger(monkeypatch):
+    from nbmp.widgets import _state
+    whole = read_shm()
+    assert whole.segments is not None and whole.bytes is not None  # the ledger is read
+    assert whole.dev_size is not None and whole.dev_size >= whole.dev_free >= 0
+
+    def janitor_gone():
+        raise ConnectionRefusedError("the janitor is gone")
+
+    monkeypatch.setattr(_state, "shm_usage", janitor_gone)
     shm = read_shm()
-    assert shm.dev_size is None or shm.dev_size >= shm.dev_free >= 0
+    assert (shm.segments, shm.bytes) == (None, None)  # not known: not shown as zero
+    assert shm.dev_size == whole.dev_size and shm.dev_free is not None  # the rest still read
     assert read_shm("/no/such/dir").dev_size is None
 
 

@@ -14,7 +14,7 @@ def test_lambda_in_a_fork_pool(kernel):
 
 @pytest.mark.parametrize("method", ["spawn", "forkserver"])
 def test_cell_defined_function_under_spawning_methods(kernel, method):
-    kernel.run("def g(x):\n    return x * 2").raise_for_error()
+    kernel.run("import nbmp as multiprocessing\ndef g(x):\n    return x * 2").raise_for_error()
     cell = kernel.run(f"with multiprocessing.get_context({method!r}).Pool(2) as p:\n"
                       f"    out = p.map(g, [1, 2, 3])\n"
                       f"del p  # a spawn Pool's named semaphores live as long as the Pool\nout")
@@ -23,7 +23,7 @@ def test_cell_defined_function_under_spawning_methods(kernel, method):
 
 
 def test_warm_pool_runs_a_later_cells_definition(kernel):
-    kernel.run("pool = multiprocessing.Pool(2)\ndef h(x):\n    return 'old'").raise_for_error()
+    kernel.run("import nbmp as multiprocessing\npool = multiprocessing.Pool(2)\ndef h(x):\n    return 'old'").raise_for_error()
     kernel.run("def h(x):\n    return 'new'").raise_for_error()
     cell = kernel.run("r = pool.map(h, [0]); pool.close(); pool.join(); r")
     cell.raise_for_error()
@@ -32,6 +32,7 @@ def test_warm_pool_runs_a_later_cells_definition(kernel):
 
 def test_cell_defined_class_and_process_under_spawn(kernel):
     code = """
+import nbmp as multiprocessing
 class Box:
     def __init__(self, v): self.v = v
 ctx = multiprocessing.get_context('spawn')

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import time
 from typing import Any, List
 
 import pytest
@@ -73,9 +74,13 @@ def test_maxtasksperchild_and_initializer_keep_their_meaning(ctx):
 
 
 def test_workers_know_their_index(ctx):
+    def index(_):
+        time.sleep(0.05)  # long enough that both workers take tasks
+        return nbmp.current_process()._nbmp_index, os.getpid()
+
     with ctx.Pool(2) as pool:
-        indexes = pool.map(lambda _: nbmp.current_process()._nbmp_index, range(8), chunksize=1)
-    assert set(indexes) <= {0, 1}
+        seen = dict(pool.map(index, range(8), chunksize=1))
+    assert sorted(seen) == [0, 1] and len(set(seen.values())) == 2  # two workers, two indexes
 
 
 # --------------------------------------------------------------------------
@@ -104,7 +109,8 @@ def test_dead_worker_raises_named_error_and_pool_stays_usable(ctx, kill, call):
         assert "item 3" in str(error) or call == "apply_async"
         # the worker was replaced: the Pool still works, both workers included
         assert pool.map(lambda x: x + 1, range(4)) == [1, 2, 3, 4]
-        assert len(set(pool.map(lambda _: os.getpid(), range(64), chunksize=1))) >= 1
+        pids = set(pool.map(lambda _: time.sleep(0.05) or os.getpid(), range(8), chunksize=1))
+        assert len(pids) == 2 and error.pid not in pids
 
 
 def test_worker_lost_error_is_picklable_and_a_process_error():

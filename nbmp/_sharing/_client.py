@@ -126,3 +126,21 @@ def request(root: int, message: str) -> Tuple[str, List[int]]:
 def connected(root: int) -> bool:
     """Whether this process already talks to ``root``'s janitor (no janitor is started)."""
     return _conns_pid == os.getpid() and root in _conns
+
+
+def running(root: int) -> bool:
+    """Whether ``root``'s janitor runs (it may serve other processes of the tree only);
+    connects to it if so, never starts one."""
+    with _lock:
+        if connected(root):
+            return True
+        if _conns_pid != os.getpid():
+            _forget_connections()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(_janitor.address(root))
+        except OSError:
+            conn.close()
+            return False
+        _conns[root] = conn
+        return True

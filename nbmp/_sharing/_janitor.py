@@ -13,6 +13,7 @@ one finds the name taken and exits), detaches, and then serves line messages:
     drop T               T's reference is dropped (the receiver already maps S)
     rel S                the sender lets go of one hold of S
     stat                 reply "SEGMENTS BYTES TICKETS"
+    list                 reply "S:SIZE S:SIZE ..." (every live segment; empty line if none)
 
 A segment is freed (its fd closed, its file unlinked) when its last reference
 goes. A connection that closes -- its process exited or was killed -- lets go of
@@ -127,6 +128,8 @@ class Janitor:
         elif verb == "stat":
             total = sum(s.size for s in self.segments.values())
             conn.sendall(f"{len(self.segments)} {total} {len(self.tickets)}\n".encode())
+        elif verb == "list":
+            conn.sendall((" ".join(f"{seg}:{s.size}" for seg, s in self.segments.items()) + "\n").encode())
 
     def receive(self, conn: socket.socket) -> bool:
         try:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Dict
 
 from . import _client, _segments, _space, _strategies
 
-__all__ = ["ShmUsage", "shm_usage"]
+__all__ = ["ShmUsage", "shm_usage", "live_segments"]
 
 
 @dataclass(frozen=True)
@@ -57,3 +58,14 @@ def shm_usage() -> ShmUsage:
     total, free = _space.space(where)
     return ShmUsage(tree[0], tree[1], local[0], local[1], tree[2], _strategies.get_sharing_strategy(),
                     where, total, free)
+
+
+def live_segments() -> Dict[str, int]:
+    """Every live segment of this process tree, by name, with its size in bytes, as the
+    tree's janitor knows them (memfd segments too, which have no name in ``/dev/shm``).
+    Empty when no process of the tree has shared memory: no janitor is started to ask."""
+    root = _client.tree_root()
+    if not _client.running(root):
+        return {}
+    reply, _ = _client.request(root, "list\n")
+    return {seg: int(size) for seg, size in (item.rsplit(":", 1) for item in reply.split())}

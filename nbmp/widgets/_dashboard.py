@@ -174,10 +174,7 @@ class _RunSink:
         sinks = [self.dashboard] if self.dashboard is not None else []
         sinks += [d for d in list(_watchers) if d is not self.dashboard]
         for sink in sinks:
-            try:
-                sink.handle(event)
-            except Exception:  # a display problem must not stop the workers' run
-                pass
+            ev.deliver(sink, event)
         if isinstance(event, ev.RunFinished):
             _stops.pop(run_id, None)  # type: ignore[arg-type]
 

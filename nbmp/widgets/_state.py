@@ -8,13 +8,13 @@ from fixed states without sleeping. Threads are not handled here either; the
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, NamedTuple, Optional, Tuple
 
 from .. import _events as ev
+from .._sharing._ledger import shm_usage
 from .._sharing._space import space
 
 __all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",
@@ -152,16 +152,14 @@ class ShmState:
 
 
 def read_shm(path: str = "/dev/shm") -> ShmState:
-    """Read nbmp's shared-memory ledger (``nbmp.shm_usage()``, when the sharing module has
-    one) and the size and free space of ``/dev/shm``; what cannot be read stays None."""
+    """Read nbmp's shared-memory ledger (``nbmp.shm_usage()``) and the size and free space
+    of ``/dev/shm``; what cannot be read stays None."""
     segments = used = size = free = None
-    usage_fn = getattr(sys.modules.get("nbmp"), "shm_usage", None)
-    if callable(usage_fn):
-        try:
-            usage = usage_fn()
-            segments, used = int(usage.segments), int(usage.bytes)
-        except Exception:  # a broken ledger must not break the display
-            pass
+    try:
+        usage = shm_usage()
+        segments, used = int(usage.segments), int(usage.bytes)
+    except (OSError, ValueError):  # the janitor is gone or answered garbage: show what else is known
+        pass
     try:
         size, free = space(path)
     except (OSError, AttributeError):  # no /dev/shm (macOS) or no statvfs (Windows)
