@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The Pythons a user may install the wheel on (make wheel-check).
 WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
 
-.PHONY: test typecheck lab demo notebooks docs browser-test bench clean venv wheel-check
+.PHONY: test test-under-load typecheck lab demo notebooks docs browser-test bench clean venv wheel-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,13 @@ test: venv typecheck
 typecheck: venv
 	$(PY) -m mypy
 
+## make test-under-load: the suite while a neighbour (scripts/shm_churn.py) does its own
+## multiprocessing and /dev/shm work on the same machine: the leak guard counts only ours
+test-under-load: venv
+	$(PY) scripts/shm_churn.py --seconds 3600 & churn=$$!; \
+	$(MAKE) test PYTHON=$(PYTHON); status=$$?; \
+	kill $$churn; wait $$churn; exit $$status
+
 ## make wheel-check: build the sdist and wheel, check they hold every module, then install the
 ## wheel (not editable) in a fresh virtualenv per Python in WHEEL_PYTHONS and run a notebook
 ## user's first steps there (scripts/smoke.py) and the quickstart notebook in a real kernel
@@ -44,11 +51,13 @@ wheel-check: venv
 demo: venv
 	$(PY) scripts/run_notebook.py notebooks/quickstart.ipynb --print
 
-## make lab: set up and open the quickstart in JupyterLab (prints the URL; headless is fine)
+## make lab: set up and serve the quickstart in JupyterLab; the URL it prints (with its
+## token) opens notebooks/quickstart.ipynb itself (headless is fine)
 lab: venv
 	$(PIP) install -e '.[lab]'
 	$(VENV)/bin/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) \
-		$(if $(filter 0,$(shell id -u)),--allow-root) notebooks/quickstart.ipynb
+		--ServerApp.default_url=/lab/tree/notebooks/quickstart.ipynb \
+		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:
 	rm -rf .venv-* *.egg-info .pytest_cache .mypy_cache build

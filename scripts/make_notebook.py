@@ -23,7 +23,9 @@ def convert(py_path: str) -> None:
             else:
                 cells.append(nbformat.v4.new_code_cell(text))
 
-    for line in open(py_path).read().splitlines():
+    with open(py_path) as f:
+        source = f.read()
+    for line in source.splitlines():
         if line.startswith("# requires:") and not cells and not lines:
             requires = line.split(":", 1)[1].split()
         elif line.startswith("# %%"):

@@ -121,6 +121,8 @@ def test_workers_times_threads_fit_the_cores(ctx):
         assert pools["env"] == max(1, cores // 2)
 
 
+# With GNU OpenMP loaded (torch is), forked workers get 1 OpenMP thread whatever the setting, and say so.
+@pytest.mark.filterwarnings("ignore:worker threads are set to:nbmp.ForkSafetyWarning")
 def test_worker_threads_setting_is_seen_inside_workers(ctx):
     pytest.importorskip("threadpoolctl")
     nbmp.set_worker_threads(2)
@@ -128,6 +130,8 @@ def test_worker_threads_setting_is_seen_inside_workers(ctx):
         assert pools["openblas"] == 2 and pools["env"] == 2
 
 
+# With GNU OpenMP loaded (torch is), forked workers get 1 OpenMP thread whatever the setting, and say so.
+@pytest.mark.filterwarnings("ignore:worker threads are set to:nbmp.ForkSafetyWarning")
 def test_worker_threads_from_the_environment(ctx, monkeypatch):
     monkeypatch.setenv("NBMP_WORKER_THREADS", "3")
     assert [p["env"] for p in run_workers(ctx, report_threads, 1)] == [3]

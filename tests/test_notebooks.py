@@ -2,6 +2,7 @@
 and its .ipynb is in step with its .py source."""
 
 import glob
+from pathlib import Path
 import os
 import sys
 
@@ -32,7 +33,7 @@ def test_notebook_runs_without_errors(path):
 def test_notebook_matches_its_source(path, tmp_path):
     source = path[:-6] + ".py"
     copy = tmp_path / os.path.basename(source)
-    copy.write_text(open(source).read())
+    copy.write_text(Path(source).read_text())
     make_notebook.convert(str(copy))
     expected = [c.source for c in nbformat.read(str(copy)[:-3] + ".ipynb", as_version=4).cells]
     assert [c.source for c in nbformat.read(path, as_version=4).cells] == expected, \

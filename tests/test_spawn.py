@@ -302,7 +302,8 @@ def test_a_failing_sink_does_not_break_the_run():
         def handle(self, event):
             raise RuntimeError("display problem")
 
-    assert nbmp.spawn(_square, nprocs=2, sinks=[Broken()]) == [0, 1]
+    with pytest.warns(RuntimeWarning, match="Broken.*failed on RunStarted.*display problem"):
+        assert nbmp.spawn(_square, nprocs=2, sinks=[Broken()]) == [0, 1]
 
 
 # --------------------------------------------------------------------------
