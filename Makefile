@@ -56,7 +56,7 @@ demo: venv
 lab: venv
 	$(PIP) install -e '.[lab]'
 	$(VENV)/bin/jupyter lab --no-browser --ip=127.0.0.1 --ServerApp.root_dir=$(CURDIR) \
-		--ServerApp.default_url=/lab/tree/notebooks/quickstart.ipynb \
+		--LabApp.default_url=/lab/tree/notebooks/quickstart.ipynb \
 		$(if $(filter 0,$(shell id -u)),--allow-root)
 
 clean:

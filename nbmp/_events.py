@@ -96,19 +96,15 @@ class EventSink(Protocol):
     def handle(self, event: Event) -> None: ...
 
 
-# ids of the sinks whose failure was already reported: one warning per sink, not per event
-_failed_sinks: Set[int] = set()
-
-
-def deliver(sink: EventSink, event: Event) -> None:
+def deliver(sink: EventSink, event: Event, failed: Set[int]) -> None:
     """Hand ``event`` to ``sink``. A sink that raises never breaks the workers' run: its
-    first failure is reported as a RuntimeWarning naming the sink and the error, later
-    ones stay quiet (a broken display would otherwise warn on every event)."""
+    first failure is reported as a RuntimeWarning naming the sink and the error, and its
+    id goes into ``failed`` (the caller's: one warning per sink and run, not per event)."""
     try:
         sink.handle(event)
     except Exception as exc:
-        if id(sink) not in _failed_sinks:
-            _failed_sinks.add(id(sink))
+        if id(sink) not in failed:
+            failed.add(id(sink))
             warnings.warn(f"nbmp: the event sink {sink!r} failed on {type(event).__name__} with "
                           f"{type(exc).__name__}: {exc}; the run goes on without what it shows",
                           RuntimeWarning, stacklevel=2)
@@ -119,10 +115,11 @@ class Broadcast:
 
     def __init__(self, sinks: Optional[List[EventSink]] = None) -> None:
         self.sinks: List[EventSink] = list(sinks or [])
+        self._failed: Set[int] = set()
 
     def handle(self, event: Event) -> None:
         for sink in self.sinks:
-            deliver(sink, event)
+            deliver(sink, event, self._failed)
 
 
 _run_ids: Callable[[], int] = iter(range(1, 1 << 62)).__next__

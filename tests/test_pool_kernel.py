@@ -91,7 +91,7 @@ def test_crash_and_exception_reports_in_a_cell(kernel):
 
 def test_progress_in_a_kernel_is_one_compact_line(kernel):
     # with the text front end chosen (a notebook's default is the dashboard widget)
-    cell = kernel.run("nbmp.set_dashboard('text')\n"
+    cell = kernel.run("import nbmp\nnbmp.set_dashboard('text')\n"
                       "try:\n    out = nbmp.parallel_map(abs, range(50), workers=2, progress=True)[-1]\n"
                       "finally:\n    nbmp.set_dashboard(None)\nout")
     cell.raise_for_error()

@@ -29,7 +29,7 @@ def test_chatty_workers_lines_arrive_whole_in_the_calling_cell(kernel, method):
 
 
 def test_lambda_and_exception_in_a_cell(kernel):
-    cell = kernel.run("nbmp.spawn(lambda i: i * i, nprocs=4)")
+    cell = kernel.run("import nbmp\nnbmp.spawn(lambda i: i * i, nprocs=4)")
     cell.raise_for_error()
     assert cell.result == "[0, 1, 4, 9]"
     cell = kernel.run("def boom(i):\n    raise KeyError(f'missing {i}')\nnbmp.spawn(boom, nprocs=2, start_method='spawn')")

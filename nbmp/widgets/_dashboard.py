@@ -166,6 +166,7 @@ class _RunSink:
     def __init__(self, dashboard: Optional[Dashboard], stop: Optional[StopCallback]) -> None:
         self.dashboard = dashboard
         self._stop = stop
+        self._failed: Set[int] = set()  # sinks whose failure was reported (once each)
 
     def handle(self, event: ev.Event) -> None:
         run_id = getattr(event, "run_id", None)
@@ -174,7 +175,7 @@ class _RunSink:
         sinks = [self.dashboard] if self.dashboard is not None else []
         sinks += [d for d in list(_watchers) if d is not self.dashboard]
         for sink in sinks:
-            ev.deliver(sink, event)
+            ev.deliver(sink, event, self._failed)
         if isinstance(event, ev.RunFinished):
             _stops.pop(run_id, None)  # type: ignore[arg-type]
 
