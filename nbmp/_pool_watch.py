@@ -47,11 +47,11 @@ _CLOSED = "Every pending call failed and the Pool was closed: create a new Pool.
 
 @dataclass
 class _Worker:
-    proc: Any
+    proc: Any  # Any: the stdlib Pool's process object, whose private _popen is read here
     slot: Any
     index: int
     rss: Optional[int] = None
-    _ps: Any = field(default=None, repr=False)
+    _ps: Any = field(default=None, repr=False)  # Any: a psutil.Process (psutil is optional and untyped)
 
     def sentinel(self) -> Optional[int]:
         try:
@@ -96,7 +96,7 @@ class Watch:
         self.broken: Optional[str] = None
         self.broken_error: Optional[BaseException] = None
         self.start_deaths = 0
-        self.cache: Any = None
+        self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
         self.outqueue: Any = None
         self.inqueue: Any = None
         self._pool: Callable[[], Any] = lambda: None

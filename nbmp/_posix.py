@@ -28,7 +28,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # to handle it (SIGINT is ignored in workers, see ignore_interrupts).
 DEATH_SIGNAL = getattr(signal, "SIGTERM", None)
 
-_libc: Optional[Any] = None
+_libc: Optional[Any] = None  # Any: a ctypes.CDLL, whose functions ctypes types as Any; False once loading failed
 
 
 def _load_libc() -> Optional[Any]:

@@ -30,8 +30,8 @@ class ProcessProbe:
             import psutil
         except ImportError:  # the notebook extra brings psutil; without it, no CPU/RSS
             psutil = None
-        self._psutil: Any = psutil
-        self._procs: Dict[int, Any] = {}
+        self._psutil: Any = psutil  # Any: the psutil module or None (optional, untyped)
+        self._procs: Dict[int, Any] = {}  # Any: psutil.Process (untyped)
 
     @property
     def available(self) -> bool:
