@@ -15,6 +15,7 @@ Example::
 """
 
 import multiprocessing as _multiprocessing
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._context import default_context as _default_context
 from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
@@ -29,6 +30,9 @@ from ._serial import ForkShared, SerialExecutor
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
                        get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
                        shm_usage, zeros)
+
+if _TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell as _InteractiveShell
 
 __version__ = "0.1.0"
 
@@ -51,7 +55,7 @@ __all__ = [
 ]
 
 
-def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+def load_ipython_extension(ipython: "_InteractiveShell") -> None:
     """``%load_ext nbmp``: register the ``%%nbmp`` and ``%nbmp`` magics (cheap: nothing starts).
 
     Example::
@@ -64,7 +68,7 @@ def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
     load(ipython)
 
 
-def unload_ipython_extension(ipython):  # type: ignore[no-untyped-def]
+def unload_ipython_extension(ipython: "_InteractiveShell") -> None:
     """``%unload_ext nbmp``: stop every nbmp worker still running and remove the magics."""
     from ._magics import unload
     unload(ipython)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import types
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, Optional, cast
 
 from . import _pickling
 
@@ -29,7 +29,7 @@ class CellProgram:
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
         self.filename = filename
         self.body = compile(tree, filename, "exec")
-        self.last = compile(ast.Expression(last.value), filename, "eval") if last else None
+        self.last = compile(ast.Expression(cast(ast.Expr, last).value), filename, "eval") if last else None
         # Under fork the namespace is inherited, not pickled: hold the notebook's own dict.
         self.namespace = user_ns if start_method == "fork" else _shipped_globals(self._codes(), user_ns)
 

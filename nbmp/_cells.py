@@ -12,7 +12,7 @@ from __future__ import annotations
 import linecache
 import re
 import sys
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional, cast
 
 __all__ = ["cell_sources", "install_cell_sources", "label_cells"]
 
@@ -32,7 +32,7 @@ def cell_sources() -> Dict[str, Any]:
     """The linecache entries of the notebook cells run so far, newest kept first."""
     entries: Dict[str, Any] = {}
     total = 0
-    for name in sorted(_filename_map(), key=_filename_map().get, reverse=True):
+    for name in sorted(_filename_map(), key=cast(Callable[[str], int], _filename_map().get), reverse=True):  # names come from the map
         entry = linecache.cache.get(name)
         if entry is None or len(entry) != 4:
             continue

@@ -8,7 +8,7 @@ object is pickled by :mod:`nbmp._pickling` (cloudpickle + nbmp's reducers).
 from __future__ import annotations
 
 from multiprocessing import connection, reduction
-from typing import Any, Tuple
+from typing import TYPE_CHECKING, Any, Tuple
 
 from . import _pickling
 
@@ -17,6 +17,11 @@ __all__ = ["Connection", "Pipe"]
 
 class Connection(connection.Connection):
     """A :class:`multiprocessing.connection.Connection` whose ``send`` uses cloudpickle."""
+
+    if TYPE_CHECKING:  # the stdlib's private methods that send() uses (typeshed omits them)
+        def _check_closed(self) -> None: ...
+        def _check_writable(self) -> None: ...
+        def _send_bytes(self, buf: bytes) -> None: ...
 
     def send(self, obj: Any) -> None:
         """Send ``obj``, pickled by nbmp, to the other end."""
@@ -35,18 +40,18 @@ def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
         2
     """
     ends = connection.Pipe(duplex)
-    return tuple(_upgrade(end) for end in ends)  # type: ignore[return-value]
+    return tuple(_upgrade(end) for end in ends)  # type: ignore[return-value]  # tuple() of a generator is tuple[Connection, ...]; here, two
 
 
 def _upgrade(end: connection.Connection) -> Connection:
     # Connection adds no state to the stdlib class, so retyping the stdlib's
     # object is exact and keeps its handle (no dup, no second pipe).
     end.__class__ = Connection
-    return end  # type: ignore[return-value]
+    return end  # type: ignore[return-value]  # retyped by the __class__ assignment above
 
 
 def _reduce_connection(conn: Connection) -> Tuple[Any, ...]:
-    _, args = connection.reduce_connection(conn)
+    _, args = connection.reduce_connection(conn)  # type: ignore[attr-defined]  # typeshed omits this runtime name
     return _rebuild_connection, args
 
 

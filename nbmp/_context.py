@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from multiprocessing import context, reduction
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional
 
 from . import _process
 
@@ -25,6 +25,8 @@ __all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "D
 
 class BaseContext(context.BaseContext):
     """The stdlib's ``BaseContext``, handing out nbmp's objects."""
+
+    _name: str  # each concrete context's start method; typeshed omits it
 
     def Pipe(self, duplex: bool = True) -> Any:
         """Return two connected nbmp Connections (cloudpickle on ``send``)."""
@@ -47,7 +49,7 @@ class BaseContext(context.BaseContext):
         return SimpleQueue(ctx=self.get_context())
 
     def Pool(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
-             initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
+             initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
         """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle."""
         from ._pool import Pool
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self.get_context())
@@ -59,7 +61,7 @@ class BaseContext(context.BaseContext):
         manager.start()
         return manager
 
-    def get_context(self, method: Optional[str] = None) -> "BaseContext":
+    def get_context(self, method: Optional[str] = None) -> "BaseContext":  # type: ignore[override]  # nbmp's contexts, not the stdlib's per-Literal ones
         """Return the nbmp context for ``method`` ('fork', 'spawn' or 'forkserver')."""
         if method is None:
             return self
@@ -94,9 +96,10 @@ class ForkServerContext(BaseContext):
 class DefaultContext(context.DefaultContext, BaseContext):
     """nbmp's default context: the stdlib's semantics, nbmp's contexts, fork first."""
 
-    Process = _process.DefaultProcess
+    Process = _process.DefaultProcess  # type: ignore[assignment]  # nbmp's process classes subclass BaseProcess, not the stdlib's Process
+    _default_context: BaseContext  # set by the stdlib's __init__; typeshed omits it
 
-    def get_all_start_methods(self) -> list:
+    def get_all_start_methods(self) -> list[str]:
         """Return the start methods this platform supports, nbmp's default first."""
         default = self._default_context._name
         return [default] + [name for name in _concrete_contexts if name != default]

@@ -87,7 +87,7 @@ def _threadpools() -> List[Dict[str, Any]]:
     return [dict(info) for info in threadpool_info()]
 
 
-def _shm() -> tuple:
+def _shm() -> tuple[Optional[int], Optional[int]]:
     try:
         return space("/dev/shm")
     except OSError:

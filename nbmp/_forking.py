@@ -37,6 +37,7 @@ import threading
 import traceback
 import warnings
 import weakref
+from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _on_import
@@ -199,7 +200,7 @@ class _UserHandler(ForkHandler):
 
     def _call(self, point: int) -> None:
         if self.callbacks[point] is not None:
-            self.callbacks[point]()  # type: ignore[misc]
+            self.callbacks[point]()  # type: ignore[misc]  # not None (checked above; mypy narrows no tuple item at a variable index)
 
     def __repr__(self) -> str:
         names = ("before", "after_in_parent", "after_in_child")
@@ -275,7 +276,7 @@ def _run(handler: ForkHandler, point: str, *args: Any) -> None:
 # ---------------------------------------------------------------------------
 # The three points of an nbmp fork, and the child entry
 
-_warned: set = set()
+_warned: set[str] = set()
 _forked_by_nbmp = False
 
 
@@ -294,10 +295,11 @@ def hazards() -> List[str]:
 
 def _caller_level() -> int:
     """The stacklevel of the first frame outside nbmp and multiprocessing: the user's call."""
+    frame: Optional[FrameType]
     frame, level = sys._getframe(1), 1
     inside = (os.path.dirname(__file__), os.path.dirname(threading.__file__) + os.sep + "multiprocessing")
     while frame is not None and frame.f_code.co_filename.startswith(inside):
-        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+        frame, level = frame.f_back, level + 1
     return level
 
 

@@ -5,10 +5,25 @@ Only this module imports IPython, and only when the extension is loaded.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TypeVar
 
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic import Magics, magics_class
+
+if TYPE_CHECKING:  # the signatures used here (IPython annotates these loosely or not at all)
+    import argparse
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    _F = TypeVar("_F", bound=Callable[..., Any])
+
+    def cell_magic(func: _F) -> _F: ...
+    def line_magic(name: str) -> Callable[[_F], _F]: ...
+    def magic_arguments(name: Optional[str] = None) -> Callable[[_F], _F]: ...
+    def argument(*args: Any, **kwargs: Any) -> Callable[[_F], _F]: ...  # Any: argparse's add_argument
+    def parse_argstring(magic_func: Callable[..., Any], argstring: str, *, partial: bool = False) -> argparse.Namespace: ...
+else:
+    from IPython.core.magic import cell_magic, line_magic
+    from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from ._cellprogram import CellProgram
 
@@ -18,6 +33,8 @@ __all__ = ["NbmpMagics", "load", "unload"]
 @magics_class
 class NbmpMagics(Magics):
     """``%%nbmp -n N [-m METHOD] [-o NAME]`` and ``%nbmp status|kill|shm|doctor``."""
+
+    shell: InteractiveShell  # IPython types it Optional; magics only run from a shell, which sets it
 
     @magic_arguments()
     @argument("-n", "--nprocs", type=int, default=None, help="number of workers (default: the number of cores)")
@@ -39,7 +56,7 @@ class NbmpMagics(Magics):
         source = self.shell.transform_cell(cell)
         filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)
         program = CellProgram(source, filename, self.shell.user_ns, method)
-        results = _spawn.spawn(program, args=(nprocs,), nprocs=nprocs, start_method=method)
+        results: List[Any] = _spawn.spawn(program, args=(nprocs,), nprocs=nprocs, start_method=method)
         if args.out:
             self.shell.user_ns[args.out] = results
         return results
@@ -64,7 +81,7 @@ def _status() -> Any:
     import nbmp
     dashboard = getattr(nbmp, "Dashboard", None)
     if dashboard is None:
-        return [f"{p.name} pid={p.pid} alive={p.is_alive()}" for p in nbmp.active_children()]
+        return [f"{p.name} pid={p.pid} alive={p.is_alive()}" for p in nbmp.active_children()]  # type: ignore[attr-defined]  # bound by nbmp/__init__'s loop
     board = dashboard()
     board.display()
     return None
@@ -85,11 +102,11 @@ def _doctor() -> Any:
 _COMMANDS: Dict[str, Callable[[], Any]] = {"status": _status, "kill": _kill, "shm": _shm, "doctor": _doctor}
 
 
-def load(ipython: Any) -> None:
+def load(ipython: InteractiveShell) -> None:
     ipython.register_magics(NbmpMagics)
 
 
-def unload(ipython: Any) -> None:
+def unload(ipython: InteractiveShell) -> None:
     from ._stop import stop_all
     stop_all()
     magics = ipython.magics_manager.magics

@@ -44,7 +44,7 @@ def _find_with_others(me: MetaPathFinder, name: str, path: Any, target: Any) -> 
         if finder is not me and hasattr(finder, "find_spec"):
             spec = finder.find_spec(name, path, target)
             if spec is not None:
-                return spec  # type: ignore[no-any-return]
+                return spec
     return None
 
 

@@ -100,14 +100,14 @@ def _install_pending_frameworks() -> None:
 # --------------------------------------------------------------------------
 
 
-class Pickler(cloudpickle.Pickler):
+class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no type hints: its Pickler is Any
     """cloudpickle's pickler with multiprocessing's and nbmp's reducers."""
 
     # The C pickler reads ``dispatch_table`` once, at construction, from the class;
     # the ChainMap holds the live registries, so later registrations are seen.
     dispatch_table = ChainMap(
         _reducers,
-        reduction.ForkingPickler._extra_reducers,
+        reduction.ForkingPickler._extra_reducers,  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
         cloudpickle.Pickler.dispatch_table,
     )
 

@@ -26,16 +26,21 @@ import threading
 import time
 from multiprocessing.connection import wait
 from multiprocessing import pool as _stdpool
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, TypeVar
 
 from . import _progress
 from ._events import RunFinished, RunStarted, TaskProgress, new_run_id
 from ._pool_watch import Watch
 from ._pool_worker import Prepickled
 
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
+
 __all__ = ["Pool", "parallel_map"]
 
-_mapstar, _starmapstar = _stdpool.mapstar, _stdpool.starmapstar  # type: ignore[attr-defined]
+_T = TypeVar("_T")
+
+_mapstar, _starmapstar = _stdpool.mapstar, _stdpool.starmapstar  # type: ignore[attr-defined]  # typeshed omits these runtime names
 
 
 class Pool(_stdpool.Pool):
@@ -52,8 +57,17 @@ class Pool(_stdpool.Pool):
         [0, 1, 4, 9]
     """
 
+    # Attributes the stdlib's Pool sets and this class uses; typeshed declares none of them.
+    _ctx: BaseContext
+    _processes: int
+    _cache: Any  # the stdlib's private _PoolCache (a dict of results with a notifier)
+    _inqueue: Any  # the stdlib's SimpleQueues, whose private _reader this class reads
+    _outqueue: Any
+    _quick_put: Optional[Callable[[Any], None]]
+    _quick_get: Optional[Callable[[], Any]]
+
     def __init__(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
-                 initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None,
+                 initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Any = None) -> None:
         self._state = _stdpool.INIT  # what the stdlib's __del__ reads if a check below raises
         _check_processes(processes, "processes")
@@ -69,13 +83,13 @@ class Pool(_stdpool.Pool):
     # -- workers ---------------------------------------------------------------------
 
     @property
-    def Process(self) -> Callable[..., Any]:  # type: ignore[override]
+    def Process(self) -> Callable[..., Any]:  # type: ignore[override]  # the stdlib's is a staticmethod; callers see the same factory
         """The worker factory the stdlib calls: the Watch's, which holds no reference to the Pool
         (the stdlib's worker thread keeps it, and a Pool nobody holds must still be collected)."""
         return self._watch.make_worker
 
     def _setup_queues(self) -> None:
-        super()._setup_queues()
+        super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
         self._quick_get = self._watch.reader(self._outqueue._reader.recv)
 
     @classmethod
@@ -109,42 +123,43 @@ class Pool(_stdpool.Pool):
         if self._watch.broken and self._state != _stdpool.RUN:
             raise ValueError(f"Pool not running: it was closed because {self._watch.broken}. "
                              f"Create a new Pool.") from self._watch.broken_error
-        super()._check_running()
+        super()._check_running()  # type: ignore[misc]  # stdlib private: typeshed omits it
 
     # -- submitting work ---------------------------------------------------------------
 
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any], mapper: Callable[..., Any],
                    chunksize: Optional[int] = None, callback: Optional[Callable[..., Any]] = None,
-                   error_callback: Optional[Callable[..., Any]] = None) -> Any:
+                   error_callback: Optional[Callable[..., Any]] = None) -> _stdpool.MapResult[Any]:
         _check_func(func)
         _check_processes(chunksize, "chunksize")
         if not hasattr(iterable, "__len__"):
             iterable = list(iterable)
-        result = super()._map_async(Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
-        result._nbmp_length = len(iterable)  # type: ignore[arg-type]
-        self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func)
+        result: _stdpool.MapResult[Any] = super()._map_async(  # type: ignore[misc]  # stdlib private
+            Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
+        result._nbmp_length = len(iterable)  # type: ignore[attr-defined, arg-type]  # nbmp's own attribute; Sized: has __len__, or made a list above
+        self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func)  # type: ignore[attr-defined]  # stdlib private
         return result
 
-    def apply_async(self, func: Callable[..., Any], args: Sequence[Any] = (), kwds: Any = {},
+    def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {},
                     callback: Optional[Callable[..., Any]] = None,
                     error_callback: Optional[Callable[..., Any]] = None) -> Any:
         """Like the stdlib's; a dead worker makes ``get()`` raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         result = super().apply_async(func, args, kwds, callback, error_callback)
-        self._watch.name(result._job, "apply_async", func)
+        self._watch.name(result._job, "apply_async", func)  # type: ignore[attr-defined]  # stdlib private
         return result
 
-    def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: int = 1) -> Any:
+    def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
-        return super().imap(Prepickled(func), iterable, chunksize)
+        return super().imap(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
 
-    def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: int = 1) -> Any:
+    def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
-        return super().imap_unordered(Prepickled(func), iterable, chunksize)
+        return super().imap_unordered(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
 
     # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
 
@@ -160,11 +175,11 @@ class Pool(_stdpool.Pool):
         sink = _progress.resolve(progress)
         return self._wait(self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
 
-    def apply(self, func: Callable[..., Any], args: Sequence[Any] = (), kwds: Any = {}) -> Any:
+    def apply(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {}) -> Any:
         """``func(*args, **kwds)`` in a worker; an interrupt terminates the Pool."""
         return self._wait(self.apply_async(func, args, kwds), None, "apply", func)
 
-    def _wait(self, result: Any, sink: Any, what: str, func: Any) -> Any:
+    def _wait(self, result: _stdpool.ApplyResult[_T], sink: Any, what: str, func: Any) -> _T:
         try:
             if sink is not None:
                 _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
@@ -179,7 +194,7 @@ class Pool(_stdpool.Pool):
         # terminate() kills workers mid-way; one killed while writing a result holds the
         # result queue's lock, which the stdlib's task thread then waits on forever.
         threading.Thread(target=_free_result_lock, args=(outqueue, list(pool)), daemon=True).start()
-        super()._terminate_pool(taskqueue, inqueue, outqueue, pool, *args)
+        super()._terminate_pool(taskqueue, inqueue, outqueue, pool, *args)  # type: ignore[misc]  # stdlib private
 
 
 def _free_result_lock(outqueue: Any, workers: List[Any]) -> None:
@@ -246,6 +261,6 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     _check_processes(chunksize, "chunksize")
     ctx = default_context.get_context(start_method)
     items = iterable if hasattr(iterable, "__len__") else list(iterable)
-    nprocs = workers or max(1, min(ctx.cpu_count(), len(items)))  # type: ignore[arg-type]
+    nprocs = workers or max(1, min(ctx.cpu_count(), len(items)))  # type: ignore[arg-type]  # Sized: has __len__, or a list
     with Pool(nprocs, context=ctx) as pool:
         return pool.map(fn, items, chunksize, progress=progress)

@@ -24,7 +24,7 @@ import pickle
 import signal
 import traceback
 from dataclasses import dataclass
-from multiprocessing.pool import RemoteTraceback
+from multiprocessing.pool import RemoteTraceback  # type: ignore[attr-defined]  # typeshed omits this runtime name
 from typing import Any, List, Optional, Tuple
 
 from . import _pickling

@@ -29,7 +29,7 @@ import traceback
 import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult  # type: ignore[attr-defined]
+from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
 from typing import Any, Callable, Dict, List, Optional
 
 from . import _pickling
@@ -47,15 +47,15 @@ _CLOSED = "Every pending call failed and the Pool was closed: create a new Pool.
 
 @dataclass
 class _Worker:
-    proc: Any
+    proc: Any  # Any: the stdlib Pool's process object, whose private _popen is read here
     slot: Any
     index: int
     rss: Optional[int] = None
-    _ps: Any = field(default=None, repr=False)
+    _ps: Any = field(default=None, repr=False)  # Any: a psutil.Process (psutil is optional and untyped)
 
     def sentinel(self) -> Optional[int]:
         try:
-            return self.proc.sentinel  # type: ignore[no-any-return]
+            return self.proc.sentinel  # type: ignore[no-any-return]  # proc: Any (see _Worker)
         except ValueError:  # not started yet
             return None
 
@@ -96,7 +96,7 @@ class Watch:
         self.broken: Optional[str] = None
         self.broken_error: Optional[BaseException] = None
         self.start_deaths = 0
-        self.cache: Any = None
+        self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
         self.outqueue: Any = None
         self.inqueue: Any = None
         self._pool: Callable[[], Any] = lambda: None
@@ -269,9 +269,9 @@ class Watch:
 
     def _describe(self, result: Any, job: int, i: int) -> str:
         what = self.names.get(job) or _KINDS.get(type(result), "an apply_async call")
-        if isinstance(result, MapResult) and result._chunksize > 1:
-            first = i * result._chunksize
-            last = min(first + result._chunksize, getattr(result, "_nbmp_length", first + 1)) - 1
+        if isinstance(result, MapResult) and result._chunksize > 1:  # type: ignore[attr-defined]  # stdlib private
+            first = i * result._chunksize  # type: ignore[attr-defined]  # stdlib private
+            last = min(first + result._chunksize, getattr(result, "_nbmp_length", first + 1)) - 1  # type: ignore[attr-defined]  # stdlib private
             return f"task {i} of {what} (items {first} to {last})"
         return f"item {i} of {what}" if isinstance(result, (MapResult, IMapIterator)) else what
 
@@ -282,7 +282,7 @@ _KINDS = {MapResult: "a map", IMapIterator: "an imap", IMapUnorderedIterator: "a
 def _returncode(proc: Any) -> Optional[int]:
     """The exit code already collected for ``proc``, without waiting or polling."""
     popen = proc._popen
-    return None if popen is None else popen.returncode  # type: ignore[no-any-return]
+    return None if popen is None else popen.returncode
 
 
 def _release(lock: Any) -> None:
@@ -294,7 +294,7 @@ def _release(lock: Any) -> None:
 
 def _fail(result: Any, i: int, error: BaseException) -> None:
     """Complete ``result``'s task ``i`` with ``error``; a map fails now, not after its other tasks."""
-    if isinstance(result, MapResult) and result._number_left > 1:
-        result._number_left = 1
+    if isinstance(result, MapResult) and result._number_left > 1:  # type: ignore[attr-defined]  # stdlib private
+        result._number_left = 1  # type: ignore[attr-defined]  # stdlib private
     result._set(i, (False, error))
 

@@ -26,7 +26,7 @@ import tempfile
 import weakref
 from multiprocessing import reduction
 from multiprocessing import current_process
-from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]
+from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]  # typeshed omits these runtime names
 from typing import Any, Callable, Optional, Sequence
 
 from . import _pickling
@@ -176,10 +176,10 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
             result = (True, func(*args, **kwds))
         except Exception as exc:
             if wrap_exception and func is not _helper_reraises_exception:
-                exc = wrap_task_exception(exc, index, pid)  # type: ignore[assignment]
+                exc = wrap_task_exception(exc, index, pid)  # type: ignore[assignment]  # the wrapper travels in exc's place
             result = (False, exc)
         send((job, i, result), result)
-        task = func = args = kwds = result = None  # type: ignore[assignment]
+        task = func = args = kwds = result = None  # type: ignore[assignment]  # drop the task's objects while waiting for the next
         completed += 1
     slot[PHASE] = IDLE
 

@@ -30,7 +30,7 @@ class _ChildEntry:
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         self._hidden.__exit__(None, None, None)  # the child's warning filters are the parent's again
         _forking.after_fork_in_child()
-        return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]
+        return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
 
 
 class Popen(popen_fork.Popen):
@@ -40,6 +40,6 @@ class Popen(popen_fork.Popen):
             hidden = warnings.catch_warnings()
             with hidden:
                 warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
-                super()._launch(_ChildEntry(process_obj, hidden))  # the child never returns from here
+                super()._launch(_ChildEntry(process_obj, hidden))  # type: ignore[misc]  # stdlib private: typeshed omits it. The child never returns from here
         finally:
             _forking.after_fork_in_parent()

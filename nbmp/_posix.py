@@ -15,7 +15,8 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Iterator, Optional
+from types import FrameType
+from typing import Any, Iterator, Optional, cast
 
 __all__ = [
     "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "ignore_interrupts", "flush_c_stdio",
@@ -27,7 +28,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # to handle it (SIGINT is ignored in workers, see ignore_interrupts).
 DEATH_SIGNAL = getattr(signal, "SIGTERM", None)
 
-_libc: Optional[Any] = None
+_libc: Optional[Any] = None  # Any: a ctypes.CDLL, whose functions ctypes types as Any; False once loading failed
 
 
 def _load_libc() -> Optional[Any]:
@@ -73,7 +74,7 @@ def _watch(pid: int) -> None:
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:  # already gone
-        os.kill(os.getpid(), DEATH_SIGNAL)
+        os.kill(os.getpid(), cast(int, DEATH_SIGNAL))  # not None: die_with_parent checked it
         return
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3): poll instead
         pidfd = None
@@ -86,7 +87,7 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
     else:
         while _exists(pid):
             time.sleep(1.0)
-    os.kill(os.getpid(), DEATH_SIGNAL)
+    os.kill(os.getpid(), cast(int, DEATH_SIGNAL))  # not None: die_with_parent checked it
 
 
 def _exists(pid: int) -> bool:
@@ -129,7 +130,7 @@ def interrupts_deferred() -> Iterator[None]:
     where the caller stops the run through its supervisor. Outside the main thread,
     or under a handler set from C, nothing changes.
     """
-    pending: list = []
+    pending: list[Optional[FrameType]] = []
     if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
         yield  # interrupts are not raised here, or the handler (set from C) could not be put back
         return

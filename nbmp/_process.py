@@ -28,23 +28,25 @@ __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
 def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
     _cells.install_cell_sources(cells)
     cls, state = _pickling.loads(data)
-    obj = cls.__new__(cls)
+    obj: process.BaseProcess = cls.__new__(cls)
     obj.__dict__.update(state)
     return obj
 
 
 class _NbmpProcess(process.BaseProcess):
+    _start_method: Optional[str]  # each subclass's (None: the default context's); typeshed omits it
+
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
         _forking.stamp(self)
         super().start()
 
-    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:  # type: ignore[override]
+    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         _forking.start_child(self)  # reports its handlers' errors itself; never raises
-        return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]
+        return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
     def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes]]:
-        roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]
+        roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private
                  f"the {type(self).__qualname__} object": self}
         action = f"start a process with the {self._start_method!r} start method"
         return _rebuild_process, (_cells.cell_sources(),
@@ -105,9 +107,9 @@ class DefaultProcess(_NbmpProcess):
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
         from ._context import default_context
-        return default_context.get_context().Process._Popen(process_obj)
+        return default_context.get_context().Process._Popen(process_obj)  # type: ignore[attr-defined]  # a concrete context: it has Process
 
     @staticmethod
     def _after_fork() -> None:
         from ._context import default_context
-        default_context.get_context().Process._after_fork()
+        default_context.get_context().Process._after_fork()  # type: ignore[attr-defined]  # a concrete context: it has Process

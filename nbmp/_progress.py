@@ -111,6 +111,6 @@ def resolve(progress: Any) -> Optional[EventSink]:
         delay = AUTO_DELAY if progress is None else 0.0
         return sink_factory(delay) if sink_factory is not None else TextBar(delay=delay)
     if callable(getattr(progress, "handle", None)):
-        return progress  # type: ignore[no-any-return]
+        return progress  # type: ignore[no-any-return]  # Any with a callable handle(): an EventSink
     raise TypeError(f"progress must be True, False, None (show a bar for long maps) or an object with a "
                     f"handle(event) method, not {progress!r}")

@@ -18,9 +18,12 @@ child forked mid-pickle would inherit cloudpickle's internal locks held.
 from __future__ import annotations
 
 from multiprocessing import queues
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from . import _connection, _forking, _pickling
+
+if TYPE_CHECKING:
+    from multiprocessing import connection, synchronize
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 
@@ -44,19 +47,24 @@ class _ByNbmp:
 class _PutByNbmp:
     def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle)."""
-        super().put(_ByNbmp(obj), block, timeout)  # type: ignore[misc]
+        super().put(_ByNbmp(obj), block, timeout)  # type: ignore[misc]  # a mixin: next in the MRO is a stdlib Queue
 
 
-class Queue(_PutByNbmp, queues.Queue):
+class Queue(_PutByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[Any] fails at runtime before Python 3.12
     """``multiprocessing.Queue`` with cloudpickle: lambdas and cell-defined objects travel."""
 
 
-class JoinableQueue(_PutByNbmp, queues.JoinableQueue):
+class JoinableQueue(_PutByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  # as Queue
     """``multiprocessing.JoinableQueue`` with cloudpickle."""
 
 
-class SimpleQueue(queues.SimpleQueue):
+class SimpleQueue(queues.SimpleQueue[Any]):
     """``multiprocessing.SimpleQueue`` with cloudpickle."""
+
+    # Set by the stdlib's __init__; typeshed declares none of them.
+    _reader: connection.Connection
+    _writer: connection.Connection
+    _wlock: Optional[synchronize.Lock]
 
     def __init__(self, *, ctx: Any) -> None:
         super().__init__(ctx=ctx)

@@ -42,7 +42,7 @@ class _Inherited:
         return _lookup, (self._token,)
 
 
-def _rebuild(cls: type, state: Dict[str, Any]) -> Any:
+def _rebuild(cls: type[_Inherited], state: Dict[str, Any]) -> _Inherited:
     obj = cls.__new__(cls)
     obj.__dict__.update(state)
     _instances[obj._token] = obj
@@ -128,5 +128,5 @@ class ForkShared(_Inherited, Generic[T]):
     def to(self, device: Any) -> Any:
         """torch_xla's spelling: ``obj.to(device)`` under the lock; returns the object."""
         with self._lock:
-            self._obj.to(device)  # type: ignore[attr-defined]
+            self._obj.to(device)  # type: ignore[attr-defined]  # duck-typed: T is any object with .to(device)
         return self._obj

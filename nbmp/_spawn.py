@@ -245,7 +245,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
         with _posix.interrupts_blocked():  # see interrupts_blocked: for the children's sake
             for i in range(nprocs):
                 workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, ctx.get_start_method()))
-                events.handle(WorkerStarted(run_id, i, int(workers[-1].process.pid)))
+                events.handle(WorkerStarted(run_id, i, int(workers[-1].process.pid)))  # type: ignore[arg-type]  # started: pid is set
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
         supervisor = Supervisor(run_id, workers, events, flush, grace_period)
         supervisor.start()
@@ -261,7 +261,7 @@ def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, 
     result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
     pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
     # Write ends as connections: they cross to spawn/forkserver children as fds.
-    ends = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
+    ends: List[Optional[connection.Connection]] = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
     job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process._nbmp_index, process._nbmp_nprocs = i, nprocs  # read by the child's bootstrap

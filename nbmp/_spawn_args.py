@@ -69,7 +69,7 @@ class _ProbePopen:
 def _check_picklable(fn: Any, args: Tuple[Any, ...], method: str) -> None:
     roots: Dict[str, Any] = {"fn": fn, **{f"args[{k}]": arg for k, arg in enumerate(args)}}
     previous = context.get_spawning_popen()
-    context.set_spawning_popen(_ProbePopen())
+    context.set_spawning_popen(_ProbePopen())  # type: ignore[arg-type]  # a stand-in with the Popen methods that reducers call
     try:
         _pickling.check_picklable((fn, args), roots, f"start workers with the {method!r} start method")
     finally:

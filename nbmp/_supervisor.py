@@ -70,7 +70,7 @@ class Supervisor:
         self._kill_at: Optional[float] = None
         self._closed = False
         self._lock = threading.Lock()
-        self._results_pending: set = set()
+        self._results_pending: set[int] = set()
         self._wake_r, self._wake_w = os.pipe()
         self._selector = selectors.DefaultSelector()
         self._splitters: Dict[int, LineSplitter] = {}

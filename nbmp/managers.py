@@ -22,7 +22,7 @@ Example::
 from __future__ import annotations
 
 from multiprocessing import managers
-from multiprocessing.managers import (  # noqa: F401  (the mirror of the standard module)
+from multiprocessing.managers import (  # type: ignore[attr-defined]  # typeshed omits most of these runtime names  # noqa: F401  (the mirror of the standard module)
     AcquirerProxy, Array, ArrayProxy, AutoProxy, BarrierProxy, BaseListProxy, BaseProxy,
     ConditionProxy, DictProxy, EventProxy, IteratorProxy, ListProxy, MakeProxyType,
     Namespace, NamespaceProxy, PoolProxy, RemoteError, Server, Token, Value, ValueProxy,
@@ -39,7 +39,7 @@ class _StartsFromNbmp:
     def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
                  serializer: str = "pickle", ctx: Any = None, **kwargs: Any) -> None:
         from ._context import default_context
-        super().__init__(address, authkey, serializer,  # type: ignore[call-arg]
+        super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
                          ctx=ctx or default_context.get_context(), **kwargs)
 
 

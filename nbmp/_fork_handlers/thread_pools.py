@@ -24,7 +24,7 @@ _controller: Any = None  # the parent's threadpoolctl view of its pools, made ju
 _controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
 
 
-def _threadpool_controller() -> Any:
+def _threadpool_controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:  # the nbmp[fork-safety] extra is not installed: env variables only

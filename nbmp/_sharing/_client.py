@@ -130,6 +130,7 @@ def request(root: int, message: str) -> Tuple[str, List[int]]:
         conn = _connection(root)
         conn.sendall(message.encode())
         conn.settimeout(REPLY_TIMEOUT)
+        fds: List[int]
         try:
             data, fds = b"", []
             while not data.endswith(b"\n"):

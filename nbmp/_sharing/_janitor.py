@@ -87,7 +87,7 @@ class Janitor:
             return
         seg = self.tickets.pop(ticket)
         s = self.segments.get(seg) if seg is not None else None
-        if s is None:
+        if s is None or seg is None:  # (seg is None only when s is: for the type checker)
             if verb == "take":
                 conn.sendall(b"err gone\n")
             return
@@ -199,9 +199,9 @@ def serve(listener: socket.socket, root: int) -> None:
                 conn, _ = listener.accept()
                 janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
                 sel.register(conn, selectors.EVENT_READ, "conn")
-            elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):  # type: ignore[arg-type]
+            elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):
                 sel.unregister(key.fileobj)
-                janitor.close(key.fileobj)  # type: ignore[arg-type]
+                janitor.close(key.fileobj)
     janitor.free_all()
 
 

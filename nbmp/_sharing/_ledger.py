@@ -50,10 +50,10 @@ def shm_usage() -> ShmUsage:
     mapped = _segments.live()
     local = (len(mapped), sum(m.size for m in mapped))
     root = _client.tree_root()
-    tree = local + (0,)
+    tree: tuple[int, ...] = local + (0,)
     if _client.connected(root):
         reply, _ = _client.request(root, "stat\n")
-        tree = tuple(int(x) for x in reply.split())  # type: ignore[assignment]
+        tree = tuple(int(x) for x in reply.split())
     where = _strategies.directory()
     total, free = _space.space(where)
     return ShmUsage(tree[0], tree[1], local[0], local[1], tree[2], _strategies.get_sharing_strategy(),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["install", "zeros", "data_address", "span"]
 
 def data_address(arr: "np.ndarray") -> int:
-    return arr.__array_interface__["data"][0]  # type: ignore[no-any-return]
+    return arr.__array_interface__["data"][0]  # type: ignore[no-any-return]  # numpy types __array_interface__ as dict[str, Any]
 
 
 def span(shape: Tuple[int, ...], strides: Tuple[int, ...], itemsize: int) -> Tuple[int, int]:
@@ -42,7 +42,7 @@ def zeros(shape: Any, dtype: Any) -> "np.ndarray":
         raise TypeError(f"dtype {dt} holds Python objects, which cannot live in shared memory; "
                         f"use a numeric, bool, bytes or structured dtype")
     count = int(np.prod(shape, dtype=np.int64))
-    return np.ndarray(shape, dt, buffer=_segments.create(count * dt.itemsize))
+    return np.ndarray(shape, dt, buffer=_segments.create(count * dt.itemsize))  # type: ignore[arg-type, no-any-return, unused-ignore]  # numpy's stubs: ndarray() is Any under Python 3.10, and numpy < 2.5 rejects a ctypes array as buffer=
 
 
 # --------------------------------------------------------------------------
@@ -94,7 +94,7 @@ def _rebuild_ndarray(handle: _segments.Handle, dtype: "np.dtype", shape: Tuple[i
                      strides: Optional[Tuple[int, ...]], offset: int, cls: type,
                      state: Optional[Dict[str, Any]]) -> "np.ndarray":
     import numpy as np
-    arr = np.ndarray(shape, dtype, buffer=_segments.attach(handle), offset=offset, strides=strides)
+    arr: np.ndarray = np.ndarray(shape, dtype, buffer=_segments.attach(handle), offset=offset, strides=strides)  # type: ignore[arg-type, unused-ignore]  # numpy < 2.5 stubs reject a ctypes array as buffer=
     if cls is not np.ndarray:
         arr = arr.view(cls)
         if state:

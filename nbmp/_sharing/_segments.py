@@ -40,7 +40,7 @@ class Handle(NamedTuple):
     path: str        # "-" for a file_descriptor segment
 
 
-Buffer = ctypes.Array  # a c_char array over the mapping; arrays and tensors keep it alive
+Buffer = ctypes.Array[ctypes.c_char]  # a c_char array over the mapping; arrays and tensors keep it alive
 
 
 class Mapped:

@@ -73,9 +73,9 @@ def reserve(fd: int, nbytes: int, where: str) -> None:
             f"or another strategy/directory with nbmp.set_sharing_strategy().") from exc
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if n < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
+        n /= 1024
     return str(n)

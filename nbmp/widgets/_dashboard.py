@@ -177,7 +177,7 @@ class _RunSink:
         for sink in sinks:
             ev.deliver(sink, event, self._failed)
         if isinstance(event, ev.RunFinished):
-            _stops.pop(run_id, None)  # type: ignore[arg-type]
+            _stops.pop(run_id, None)  # type: ignore[arg-type]  # a RunFinished's run_id: an int
 
     def close(self) -> None:
         """End the run's dashboard thread (``RunFinished`` does it too)."""

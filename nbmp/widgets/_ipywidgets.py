@@ -159,7 +159,7 @@ class WidgetView:
     def render(state: DashboardState, now: float, finished_run: Optional[int] = None) -> Snapshot:
         return snapshot(state, now)
 
-    def _drop_forgotten(self, current: set) -> None:
+    def _drop_forgotten(self, current: set[int]) -> None:
         for run_id in set(self._runs) - current:
             widgets = self._runs.pop(run_id)
             widgets.close_route()

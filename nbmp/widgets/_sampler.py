@@ -13,11 +13,12 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any, Callable, ContextManager, Dict, Hashable, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Hashable, Optional, Tuple, TypeVar
 
 __all__ = ["Ticker", "ProcessProbe"]
 
 Sample = Tuple[Optional[float], Optional[int]]  # (CPU percent of one core, RSS bytes)
+_Key = TypeVar("_Key", bound=Hashable)
 
 
 class ProcessProbe:
@@ -29,14 +30,14 @@ class ProcessProbe:
             import psutil
         except ImportError:  # the notebook extra brings psutil; without it, no CPU/RSS
             psutil = None
-        self._psutil: Any = psutil
-        self._procs: Dict[int, Any] = {}
+        self._psutil: Any = psutil  # Any: the psutil module or None (optional, untyped)
+        self._procs: Dict[int, Any] = {}  # Any: psutil.Process (untyped)
 
     @property
     def available(self) -> bool:
         return self._psutil is not None
 
-    def measure(self, pids: Dict[Hashable, int]) -> Dict[Hashable, Sample]:
+    def measure(self, pids: Dict[_Key, int]) -> Dict[_Key, Sample]:
         if self._psutil is None:
             return {}
         wanted = set(pids.values())
@@ -112,7 +113,7 @@ class Ticker:
 def _fork_lock(name: str) -> ContextManager[Any]:
     """The lock nbmp holds across its forks (``nbmp._forking.ForkLock``), else nothing."""
     try:
-        from .._forking import ForkLock  # type: ignore[attr-defined]
+        from .._forking import ForkLock
     except ImportError:  # fork safety not part of this build
         return contextlib.nullcontext()
-    return ForkLock(name)  # type: ignore[no-any-return]
+    return ForkLock(name)

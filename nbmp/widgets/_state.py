@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Deque, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, NamedTuple, Optional, Protocol, Tuple
 
 from .. import _events as ev
 from .._sharing._ledger import shm_usage
@@ -167,6 +167,15 @@ def read_shm(path: str = "/dev/shm") -> ShmState:
     return ShmState(segments, used, size, free)
 
 
+class _RunEvent(Protocol):
+    """An event of one run: every event type but the base class."""
+
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def time(self) -> float: ...
+
+
 @dataclass
 class DashboardState:
     """Every run a dashboard watches, folded from events by ``apply``.
@@ -231,8 +240,8 @@ class DashboardState:
             self._forget_old_runs()
         return run
 
-    def _worker(self, event: ev.Event, index: int) -> WorkerState:
-        run = self._run(event.run_id, event.time)  # type: ignore[attr-defined]
+    def _worker(self, event: _RunEvent, index: int) -> WorkerState:
+        run = self._run(event.run_id, event.time)
         worker = run.workers.get(index)
         if worker is None:
             worker = run.workers[index] = WorkerState(index, self.max_lines)
@@ -302,13 +311,14 @@ def _run_finished(state: DashboardState, e: ev.RunFinished) -> None:
 
 
 _ANNOUNCEMENTS = (ev.RunStarted, ev.WorkerStarted, ev.RunFinished)  # not yet news from the work itself
-_HANDLERS: Dict[type, Callable[[DashboardState, ev.Event], None]] = {
-    ev.RunStarted: _run_started,  # type: ignore[dict-item]
-    ev.WorkerStarted: _worker_started,  # type: ignore[dict-item]
-    ev.WorkerOutput: _worker_output,  # type: ignore[dict-item]
-    ev.WorkerRaised: _worker_raised,  # type: ignore[dict-item]
-    ev.WorkerExited: _worker_exited,  # type: ignore[dict-item]
-    ev.TaskProgress: _task_progress,  # type: ignore[dict-item]
-    ev.RunFinished: _run_finished,  # type: ignore[dict-item]
+# Any: each handler takes the event type it is filed under, which a dict's type cannot say.
+_HANDLERS: Dict[type, Callable[[DashboardState, Any], None]] = {
+    ev.RunStarted: _run_started,
+    ev.WorkerStarted: _worker_started,
+    ev.WorkerOutput: _worker_output,
+    ev.WorkerRaised: _worker_raised,
+    ev.WorkerExited: _worker_exited,
+    ev.TaskProgress: _task_progress,
+    ev.RunFinished: _run_finished,
 }
 

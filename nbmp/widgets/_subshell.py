@@ -29,7 +29,7 @@ _WAIT = 5.0  # seconds to wait for the kernel's shell-channel thread
 class ClickRoute:
     """A kernel subshell that handles one widget's messages while the cell is busy."""
 
-    def __init__(self, manager: Any, subshell_id: str) -> None:
+    def __init__(self, manager: Any, subshell_id: str) -> None:  # Any: ipykernel's subshell manager (untyped)
         self._manager = manager
         self.subshell_id = subshell_id
 
@@ -61,7 +61,7 @@ class ClickRoute:
             pass
 
 
-def _subshell_manager() -> Optional[Any]:
+def _subshell_manager() -> Optional[Any]:  # Any: ipykernel's subshell manager (untyped)
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     kernel = getattr(shell, "kernel", None)
