@@ -9,7 +9,6 @@ from its connection closing.
 
 from __future__ import annotations
 
-import atexit
 import multiprocessing
 import os
 import socket
@@ -61,21 +60,8 @@ def _forget_connections() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_connections)
 
-_exiting = False
-
-
-@atexit.register
-def _close_at_exit() -> None:
-    # The janitor lets go of a closed connection's holds, as it would at the process's
-    # end anyway; closing here keeps the interpreter from collecting open sockets (a
-    # ResourceWarning) and makes a finalizer's late "rel" a no-op instead of a reconnect.
-    global _exiting
-    _exiting = True
-    with _lock:
-        if _conns_pid == os.getpid():
-            for conn in _conns.values():
-                conn.close()
-            _conns.clear()
+# Connections are never closed at exit (atexit): a Queue's feeder thread still pickles,
+# and so sends tickets, while the interpreter exits; the process's end closes them.
 
 
 def _connection(root: int) -> socket.socket:
@@ -113,8 +99,6 @@ def _start_janitor(root: int) -> None:
 
 def send(root: int, message: str, fds: Sequence[int] = ()) -> None:
     """Send a one-way message (with file descriptors attached) to ``root``'s janitor."""
-    if _exiting:  # the connection's close already said everything a message could
-        return
     data = message.encode()
     with _lock:
         conn = _connection(root)
