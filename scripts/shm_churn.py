@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import sys
 import time
 from multiprocessing import shared_memory
@@ -57,8 +58,11 @@ def main() -> int:
     args = parser.parse_args()
     parent, deadline = os.getppid(), time.monotonic() + args.seconds
     spawn = multiprocessing.get_context("spawn")
-    rounds = 0
-    while time.monotonic() < deadline and os.getppid() == parent:
+    rounds, stopping = 0, []
+    # SIGTERM (the Makefile's kill when the suite is done) ends the loop after the round in
+    # flight, so that the neighbour too leaves nothing behind.
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    while time.monotonic() < deadline and os.getppid() == parent and not stopping:
         round_of_work(spawn)
         rounds += 1
     print(f"shm_churn: {rounds} rounds", file=sys.stderr)
