@@ -16,16 +16,12 @@ Example::
 
 import multiprocessing as _multiprocessing
 
-from ._context import default_context as _default_context
-from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
-from ._doctor import ForkReport, doctor
+from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
+from ._base import ProcessException, ProcessExitedException, ProcessRaisedException
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
-from ._pickling import PicklingError
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, spawn, start_processes
-from ._pool import parallel_map
-from ._pool_errors import RemoteTaskError, WorkerLostError
-from ._serial import ForkShared, SerialExecutor
+from ._pool import ForkShared, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
                        get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
                        shm_usage, zeros)
@@ -60,11 +56,11 @@ def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]
         %%nbmp -n 4
         rank * rank            # -> [0, 1, 4, 9]
     """
-    from ._magics import load
+    from ._notebook.magics import load
     load(ipython)
 
 
 def unload_ipython_extension(ipython):  # type: ignore[no-untyped-def]
     """``%unload_ext nbmp``: stop every nbmp worker still running and remove the magics."""
-    from ._magics import unload
+    from ._notebook.magics import unload
     unload(ipython)

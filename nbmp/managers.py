@@ -38,7 +38,7 @@ __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryMana
 class _StartsFromNbmp:
     def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
                  serializer: str = "pickle", ctx: Any = None, **kwargs: Any) -> None:
-        from ._context import default_context
+        from ._backend import default_context
         super().__init__(address, authkey, serializer,  # type: ignore[call-arg]
                          ctx=ctx or default_context.get_context(), **kwargs)
 

@@ -25,7 +25,7 @@ def no_leaks() -> Iterator[None]:
     yield
     handlers_left = [h for h in nbmp._forking.user_handlers() if h not in handlers_before]
     for handler in handlers_left:
-        nbmp._forking._user_handlers.remove(handler)
+        nbmp._forking.registry._user_handlers.remove(handler)
     leaked, new_shm = left_behind(children_before, shm_before)
     assert not leaked, f"test left child processes running: {sorted(leaked)}"
     assert not new_shm, f"test left entries in /dev/shm: {sorted(new_shm)}"

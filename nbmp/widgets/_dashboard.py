@@ -18,7 +18,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set
 
-from .. import _events as ev
+from .._base import events as ev
 from ._choice import Choice, check_dashboard, resolve_frontend
 from ._sampler import ProcessProbe, Ticker
 from ._state import DashboardState, read_shm

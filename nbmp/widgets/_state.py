@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, NamedTuple, Optional, Tuple
 
-from .. import _events as ev
+from .._base import events as ev
 from .._sharing._space import space
 
 __all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",

@@ -12,7 +12,7 @@ GRACE = 2.0  # seconds between SIGTERM and SIGKILL
 
 def stop_all(grace: float = GRACE) -> List[int]:
     """Terminate, then kill after ``grace`` seconds, every live child nbmp started; return their pids."""
-    from ._process import _NbmpProcess
+    from .._backend.process import _NbmpProcess
     workers = [p for p in process.active_children() if isinstance(p, _NbmpProcess)]
     for p in workers:
         p.terminate()

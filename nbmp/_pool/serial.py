@@ -61,7 +61,7 @@ def _lookup(token: Tuple[int, int]) -> Any:
 
 def _lock(ctx: Any) -> Any:
     if ctx is None:
-        from ._context import default_context
+        from .._backend import default_context
         ctx = default_context
     return ctx.Lock()
 

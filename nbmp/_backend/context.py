@@ -18,7 +18,7 @@ import sys
 from multiprocessing import context, reduction
 from typing import Any, Callable, Dict, Optional, Sequence
 
-from . import _process
+from . import process as _process
 
 __all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "default_context"]
 
@@ -28,33 +28,33 @@ class BaseContext(context.BaseContext):
 
     def Pipe(self, duplex: bool = True) -> Any:
         """Return two connected nbmp Connections (cloudpickle on ``send``)."""
-        from ._connection import Pipe
+        from .connection import Pipe
         return Pipe(duplex)
 
     def Queue(self, maxsize: int = 0) -> Any:
         """Return an nbmp Queue (cloudpickle on ``put``)."""
-        from ._queues import Queue
+        from .queues import Queue
         return Queue(maxsize, ctx=self.get_context())
 
     def JoinableQueue(self, maxsize: int = 0) -> Any:
         """Return an nbmp JoinableQueue (cloudpickle on ``put``)."""
-        from ._queues import JoinableQueue
+        from .queues import JoinableQueue
         return JoinableQueue(maxsize, ctx=self.get_context())
 
     def SimpleQueue(self) -> Any:
         """Return an nbmp SimpleQueue (cloudpickle on ``put``)."""
-        from ._queues import SimpleQueue
+        from .queues import SimpleQueue
         return SimpleQueue(ctx=self.get_context())
 
     def Pool(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
              initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
         """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle."""
-        from ._pool import Pool
+        from .._pool import Pool
         return Pool(processes, initializer, initargs, maxtasksperchild, context=self.get_context())
 
     def Manager(self) -> Any:
         """Return a started :class:`nbmp.managers.SyncManager`."""
-        from .managers import SyncManager
+        from ..managers import SyncManager
         manager = SyncManager(ctx=self.get_context())
         manager.start()
         return manager

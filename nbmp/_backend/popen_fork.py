@@ -16,7 +16,7 @@ import warnings
 from multiprocessing import popen_fork
 from typing import Any, Optional
 
-from . import _forking
+from .. import _forking
 
 __all__ = ["Popen"]
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from . import _pickling, _posix
-from ._output import redirect_std_fds
+from .._backend import pickling as _pickling, posix as _posix
+from .output import redirect_std_fds
 
 __all__ = ["Job", "run"]
 

@@ -20,7 +20,8 @@ import sys
 from multiprocessing import process
 from typing import Any, Callable, Optional, Tuple
 
-from . import _cells, _forking, _pickling
+from .. import _forking
+from . import cells as _cells, pickling as _pickling
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
 
@@ -58,7 +59,7 @@ class ForkProcess(_NbmpProcess):
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
-        from ._popen_fork import Popen
+        from .popen_fork import Popen
         return Popen(process_obj)
 
 
@@ -104,10 +105,10 @@ class DefaultProcess(_NbmpProcess):
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
-        from ._context import default_context
+        from .context import default_context
         return default_context.get_context().Process._Popen(process_obj)
 
     @staticmethod
     def _after_fork() -> None:
-        from ._context import default_context
+        from .context import default_context
         default_context.get_context().Process._after_fork()

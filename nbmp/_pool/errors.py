@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.pool import RemoteTraceback
 from typing import Any, List, Optional, Tuple
 
-from . import _pickling
+from .._backend import pickling as _pickling
 
 __all__ = ["WorkerLostError", "RemoteTaskError", "Death", "wrap_task_exception", "format_bytes"]
 
@@ -148,7 +148,7 @@ def format_bytes(n: float) -> str:
 Frame = Tuple[str, int, str, str]
 
 # Frames of the Pool's own machinery say nothing about the user's error.
-_MACHINERY = (os.path.join("nbmp", "_pool_worker.py"), os.path.join("multiprocessing", "pool.py"))
+_MACHINERY = (os.path.join("nbmp", "_pool", "worker.py"), os.path.join("multiprocessing", "pool.py"))
 
 
 class _TaskException:

@@ -32,10 +32,10 @@ from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult  # type: ignore[attr-defined]
 from typing import Any, Callable, Dict, List, Optional
 
-from . import _pickling
-from ._pool_errors import Death, WorkerLostError
-from ._pool_worker import Slot, worker
-from ._pool_worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
+from .._backend import pickling as _pickling
+from .errors import Death, WorkerLostError
+from .worker import Slot, worker
+from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
 
 __all__ = ["Watch"]
 

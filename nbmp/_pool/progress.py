@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any, Callable, Optional, TextIO
 
-from ._events import Event, EventSink, RunFinished, RunStarted, TaskProgress
+from .._base import Event, EventSink, RunFinished, RunStarted, TaskProgress
 
 __all__ = ["TextBar", "resolve", "sink_factory", "AUTO_DELAY"]
 
@@ -104,7 +104,7 @@ def resolve(progress: Any) -> Optional[EventSink]:
     if progress is False:
         return None
     if progress is True and sink_factory is None:
-        from .widgets import make_dashboard, resolve_frontend
+        from ..widgets import make_dashboard, resolve_frontend
         if resolve_frontend(None) == "widget":
             return make_dashboard(None)
     if progress is None or progress is True:

@@ -25,10 +25,10 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _cells
-from ._forking import ForkLock
-from ._events import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
-from ._output import LineSplitter
+from .._backend import cells as _cells
+from .._forking import ForkLock
+from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
+from .output import LineSplitter
 
 __all__ = ["Worker", "Supervisor"]
 

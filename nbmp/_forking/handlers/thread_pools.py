@@ -63,7 +63,7 @@ class NativePools(ForkHandler):
     modules = ("numpy", "scipy", "torch")
 
     def hazard(self) -> Optional[str]:
-        from .._forking import worker_threads_setting
+        from ..registry import worker_threads_setting
         threads = worker_threads_setting()
         if threads is not None and threads > 1 and gnu_openmp_loaded():
             return (f"worker threads are set to {threads}, but GNU OpenMP (libgomp) is loaded: a forked "

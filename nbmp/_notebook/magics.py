@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
-from ._cellprogram import CellProgram
+from .cellprogram import CellProgram
 
 __all__ = ["NbmpMagics", "load", "unload"]
 
@@ -32,7 +32,8 @@ class NbmpMagics(Magics):
             %%nbmp -n 3
             rank * 10          # -> [0, 10, 20]
         """
-        from . import _context, _spawn
+        from .. import _spawn
+        from .._backend import context as _context
         args = parse_argstring(self.nbmp, line)
         nprocs = args.nprocs if args.nprocs is not None else _context.default_context.cpu_count()
         method = _context.default_context.get_context(args.start_method).get_start_method()
@@ -55,7 +56,7 @@ class NbmpMagics(Magics):
 
 
 def _kill() -> str:
-    from ._stop import stop_all
+    from .._spawn import stop_all
     stopped = stop_all()
     return f"stopped {len(stopped)} nbmp worker process(es)" + (f": pids {stopped}" if stopped else "")
 
@@ -90,7 +91,7 @@ def load(ipython: Any) -> None:
 
 
 def unload(ipython: Any) -> None:
-    from ._stop import stop_all
+    from .._spawn import stop_all
     stop_all()
     magics = ipython.magics_manager.magics
     for kind in ("cell", "line"):

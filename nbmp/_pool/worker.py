@@ -29,8 +29,8 @@ from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]
 from typing import Any, Callable, Optional, Sequence
 
-from . import _pickling
-from ._pool_errors import wrap_task_exception
+from .._backend import pickling as _pickling
+from .errors import wrap_task_exception
 
 __all__ = ["worker", "Slot", "Notice", "Prepickled", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
            "SENT", "JOB", "INDEX", "PHASE"]

@@ -12,10 +12,10 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from . import _forking, _fork_threads
-from ._fork_handlers.cuda import cuda_initialized
-from ._fork_handlers.jax import jax_initialized
-from ._sharing._space import space
+from .._forking import registry as _forking, threads as _fork_threads
+from .._forking.handlers.cuda import cuda_initialized
+from .._forking.handlers.jax import jax_initialized
+from .._sharing._space import space
 
 __all__ = ["ForkReport", "doctor"]
 
@@ -106,7 +106,7 @@ def doctor() -> ForkReport:
         []
         >>> print(report)       # the readable version
     """
-    from ._context import default_context
+    from .context import default_context
     total, free = _shm()
     ipykernel = sys.modules.get("ipykernel")
     return ForkReport(

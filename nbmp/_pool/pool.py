@@ -28,10 +28,10 @@ from multiprocessing.connection import wait
 from multiprocessing import pool as _stdpool
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
-from . import _progress
-from ._events import RunFinished, RunStarted, TaskProgress, new_run_id
-from ._pool_watch import Watch
-from ._pool_worker import Prepickled
+from . import progress as _progress
+from .._base import RunFinished, RunStarted, TaskProgress, new_run_id
+from .watch import Watch
+from .worker import Prepickled
 
 __all__ = ["Pool", "parallel_map"]
 
@@ -60,7 +60,7 @@ class Pool(_stdpool.Pool):
         if initializer is not None and not callable(initializer):
             raise TypeError(f"initializer must be a callable or None, not {initializer!r}")
         if context is None:
-            from ._context import default_context
+            from .._backend import default_context
             context = default_context.get_context()
         self._watch = Watch(processes or os.cpu_count() or 1)
         super().__init__(processes, initializer, initargs, maxtasksperchild, context)
@@ -240,7 +240,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
         >>> nbmp.parallel_map(lambda x: x * x, range(5), workers=2)
         [0, 1, 4, 9, 16]
     """
-    from ._context import default_context
+    from .._backend import default_context
     _check_func(fn)
     _check_processes(workers, "workers")
     _check_processes(chunksize, "chunksize")

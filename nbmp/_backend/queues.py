@@ -20,7 +20,8 @@ from __future__ import annotations
 from multiprocessing import queues
 from typing import Any, Optional, Tuple
 
-from . import _connection, _forking, _pickling
+from .. import _forking
+from . import connection as _connection, pickling as _pickling
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 

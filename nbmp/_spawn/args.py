@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from multiprocessing import context
 from typing import Any, Dict, Tuple
 
-from . import _pickling
-from ._context import default_context
-from ._output import check_output_mode
+from .._backend import pickling as _pickling
+from .._backend import default_context
+from .output import check_output_mode
 
 __all__ = ["check_arguments"]
 

@@ -20,14 +20,14 @@ import os
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _pickling, _posix
-from ._events import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
-from ._exceptions import ProcessException, ProcessRaisedException, exited_error, raised_message
-from ._output import StreamPrinter
-from ._spawn_args import check_arguments
-from ._supervisor import Supervisor, Worker
-from ._worker import Job, run
-from .widgets import make_dashboard
+from .._backend import pickling as _pickling, posix as _posix
+from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
+from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message
+from .output import StreamPrinter
+from .args import check_arguments
+from .supervisor import Supervisor, Worker
+from .worker import Job, run
+from ..widgets import make_dashboard
 
 __all__ = ["spawn", "start_processes", "ProcessContext", "run_sink_factories"]
 

@@ -13,7 +13,7 @@ import ast
 import types
 from typing import Any, Dict, Iterator, Optional
 
-from . import _pickling
+from .._backend import pickling as _pickling
 
 __all__ = ["CellProgram"]
 

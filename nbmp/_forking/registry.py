@@ -39,8 +39,8 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import _on_import
-from ._fork_handlers import ForkHandler, ForkSafetyWarning, Worker, builtin_handlers
+from . import on_import as _on_import
+from .handlers import ForkHandler, ForkSafetyWarning, Worker, builtin_handlers
 
 __all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worker_threads",
            "child_started", "hazards", "ForkSafetyWarning"]
@@ -295,7 +295,8 @@ def hazards() -> List[str]:
 def _caller_level() -> int:
     """The stacklevel of the first frame outside nbmp and multiprocessing: the user's call."""
     frame, level = sys._getframe(1), 1
-    inside = (os.path.dirname(__file__), os.path.dirname(threading.__file__) + os.sep + "multiprocessing")
+    nbmp_dir = os.path.dirname(os.path.dirname(__file__))
+    inside = (nbmp_dir, os.path.dirname(threading.__file__) + os.sep + "multiprocessing")
     while frame is not None and frame.f_code.co_filename.startswith(inside):
         frame, level = frame.f_back, level + 1  # type: ignore[assignment]
     return level

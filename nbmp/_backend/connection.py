@@ -10,7 +10,7 @@ from __future__ import annotations
 from multiprocessing import connection, reduction
 from typing import Any, Tuple
 
-from . import _pickling
+from . import pickling as _pickling
 
 __all__ = ["Connection", "Pipe"]
 

@@ -18,7 +18,7 @@ class NbmpThreads(ForkHandler):
     """Quiesce nbmp's threads across the fork; name the user threads that may hold locks."""
 
     def hazard(self) -> Optional[str]:
-        from .._fork_threads import user_threads
+        from ..threads import user_threads
         threads = user_threads()
         if not threads:
             return None
@@ -28,14 +28,14 @@ class NbmpThreads(ForkHandler):
                 f"or use start_method='spawn'.")
 
     def before(self) -> None:
-        from .._forking import _fork_locks
+        from ..registry import _fork_locks
         _fork_locks.hold()
 
     def after_in_parent(self) -> None:
-        from .._forking import _fork_locks
+        from ..registry import _fork_locks
         _fork_locks.release()
 
     def in_child(self, worker: Worker) -> None:
         if worker.forked:
-            from .._forking import _fork_locks
+            from ..registry import _fork_locks
             _fork_locks.reset()

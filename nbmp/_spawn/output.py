@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, TextIO
 
-from ._events import Event, WorkerOutput
+from .._base import Event, WorkerOutput
 
 __all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "StreamPrinter", "redirect_std_fds"]
 
