@@ -17,6 +17,7 @@ Example::
 import multiprocessing as _multiprocessing
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
+from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
 from ._base import ProcessException, ProcessExitedException, ProcessRaisedException
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard

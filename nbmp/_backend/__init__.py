@@ -10,8 +10,9 @@ workers' tracebacks), ``posix`` (parent-death signals, SIGINT, C stdio) and
 """
 
 from . import cells, pickling, posix, process
-from .context import default_context
+from .context import default_context, register_factory
 from .fork_report import ForkReport, doctor
 from .pickling import PicklingError
 
-__all__ = ["cells", "pickling", "posix", "process", "default_context", "ForkReport", "doctor", "PicklingError"]
+__all__ = ["cells", "pickling", "posix", "process", "default_context", "register_factory",
+           "ForkReport", "doctor", "PicklingError"]

@@ -15,12 +15,23 @@ What differs from ``multiprocessing.context``:
 from __future__ import annotations
 
 import sys
-from multiprocessing import context, reduction
+from multiprocessing import context, process, reduction
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from . import process as _process
 
-__all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "default_context"]
+__all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
+           "default_context", "register_factory"]
+
+# ``Pool`` and ``Manager`` are built in the layers above this one (nbmp._pool, nbmp.managers);
+# each registers its class here when imported (``import nbmp`` imports both), so that a
+# context hands them out without this layer importing upward.
+_factories: Dict[str, Callable[..., Any]] = {}
+
+
+def register_factory(name: str, factory: Callable[..., Any]) -> None:
+    """Make ``factory`` what contexts build for ``name`` (``"Pool"`` or ``"SyncManager"``)."""
+    _factories[name] = factory
 
 
 class BaseContext(context.BaseContext):
@@ -49,13 +60,11 @@ class BaseContext(context.BaseContext):
     def Pool(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
              initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
         """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle."""
-        from .._pool import Pool
-        return Pool(processes, initializer, initargs, maxtasksperchild, context=self.get_context())
+        return _factories["Pool"](processes, initializer, initargs, maxtasksperchild, context=self.get_context())
 
     def Manager(self) -> Any:
         """Return a started :class:`nbmp.managers.SyncManager`."""
-        from ..managers import SyncManager
-        manager = SyncManager(ctx=self.get_context())
+        manager = _factories["SyncManager"](ctx=self.get_context())
         manager.start()
         return manager
 
@@ -91,10 +100,30 @@ class ForkServerContext(BaseContext):
             raise ValueError("the forkserver start method is not available on this platform; use 'fork' or 'spawn'")
 
 
+class DefaultProcess(_process._NbmpProcess):
+    """``nbmp.Process``: started by the method nbmp's default context names (fork first).
+
+    Example::
+
+        >>> p = nbmp.Process(target=lambda: print("hi")); p.start(); p.join()
+        hi
+    """
+
+    _start_method = None
+
+    @staticmethod
+    def _Popen(process_obj: process.BaseProcess) -> Any:
+        return default_context.get_context().Process._Popen(process_obj)
+
+    @staticmethod
+    def _after_fork() -> None:
+        default_context.get_context().Process._after_fork()
+
+
 class DefaultContext(context.DefaultContext, BaseContext):
     """nbmp's default context: the stdlib's semantics, nbmp's contexts, fork first."""
 
-    Process = _process.DefaultProcess
+    Process = DefaultProcess
 
     def get_all_start_methods(self) -> list:
         """Return the start methods this platform supports, nbmp's default first."""

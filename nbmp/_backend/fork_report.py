@@ -12,10 +12,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from .._base.util import space
 from .._forking import registry as _forking, threads as _fork_threads
 from .._forking.handlers.cuda import cuda_initialized
 from .._forking.handlers.jax import jax_initialized
-from .._sharing._space import space
+from .context import default_context
 
 __all__ = ["ForkReport", "doctor"]
 
@@ -106,7 +107,6 @@ def doctor() -> ForkReport:
         []
         >>> print(report)       # the readable version
     """
-    from .context import default_context
     total, free = _shm()
     ipykernel = sys.modules.get("ipykernel")
     return ForkReport(

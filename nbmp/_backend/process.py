@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Tuple
 from .. import _forking
 from . import cells as _cells, pickling as _pickling
 
-__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
+__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
 
 def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
@@ -91,24 +91,3 @@ class ForkServerProcess(_NbmpProcess):
         from multiprocessing.popen_forkserver import Popen
         return Popen(process_obj)
 
-
-class DefaultProcess(_NbmpProcess):
-    """``nbmp.Process``: started by the method nbmp's default context names (fork first).
-
-    Example::
-
-        >>> p = nbmp.Process(target=lambda: print("hi")); p.start(); p.join()
-        hi
-    """
-
-    _start_method = None
-
-    @staticmethod
-    def _Popen(process_obj: process.BaseProcess) -> Any:
-        from .context import default_context
-        return default_context.get_context().Process._Popen(process_obj)
-
-    @staticmethod
-    def _after_fork() -> None:
-        from .context import default_context
-        default_context.get_context().Process._after_fork()

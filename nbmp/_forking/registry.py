@@ -224,7 +224,7 @@ class ForkHandle:
         self.remove()
 
 
-_builtins: List[ForkHandler] = builtin_handlers()
+_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting)
 _user_handlers: List[ForkHandler] = []
 
 

@@ -62,25 +62,19 @@ def _kill() -> str:
 
 
 def _status() -> Any:
-    import nbmp
-    dashboard = getattr(nbmp, "Dashboard", None)
-    if dashboard is None:
-        return [f"{p.name} pid={p.pid} alive={p.is_alive()}" for p in nbmp.active_children()]
-    board = dashboard()
-    board.display()
+    from ..widgets import Dashboard
+    Dashboard().display()
     return None
 
 
 def _shm() -> Any:
-    import nbmp
-    usage = getattr(nbmp, "shm_usage", None)
-    return usage() if usage else "shared-memory accounting is not available in this nbmp"
+    from .._sharing import shm_usage
+    return shm_usage()
 
 
 def _doctor() -> Any:
-    import nbmp
-    doctor = getattr(nbmp, "doctor", None)
-    return doctor() if doctor else "nbmp.doctor is not available in this nbmp"
+    from .._backend import doctor
+    return doctor()
 
 
 _COMMANDS: Dict[str, Callable[[], Any]] = {"status": _status, "kill": _kill, "shm": _shm, "doctor": _doctor}

@@ -29,6 +29,7 @@ from multiprocessing import pool as _stdpool
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from . import progress as _progress
+from .._backend import default_context, register_factory
 from .._base import RunFinished, RunStarted, TaskProgress, new_run_id
 from .watch import Watch
 from .worker import Prepickled
@@ -60,7 +61,6 @@ class Pool(_stdpool.Pool):
         if initializer is not None and not callable(initializer):
             raise TypeError(f"initializer must be a callable or None, not {initializer!r}")
         if context is None:
-            from .._backend import default_context
             context = default_context.get_context()
         self._watch = Watch(processes or os.cpu_count() or 1)
         super().__init__(processes, initializer, initargs, maxtasksperchild, context)
@@ -240,7 +240,6 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
         >>> nbmp.parallel_map(lambda x: x * x, range(5), workers=2)
         [0, 1, 4, 9, 16]
     """
-    from .._backend import default_context
     _check_func(fn)
     _check_processes(workers, "workers")
     _check_processes(chunksize, "chunksize")
@@ -249,3 +248,6 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     nprocs = workers or max(1, min(ctx.cpu_count(), len(items)))  # type: ignore[arg-type]
     with Pool(nprocs, context=ctx) as pool:
         return pool.map(fn, items, chunksize, progress=progress)
+
+
+register_factory("Pool", Pool)  # what ctx.Pool() builds

@@ -10,7 +10,7 @@ error at the allocation, which names the size, the room left and the fix.
 from __future__ import annotations
 
 import os
-from typing import Tuple
+from .._base.util import space
 
 __all__ = ["SharedMemoryFullError", "space", "check_fits", "reserve"]
 
@@ -26,12 +26,6 @@ class SharedMemoryFullError(MemoryError):
         ...     print(str(e)[:40])
         cannot put 1024.0 TiB in shared memory
     """
-
-
-def space(directory: str) -> Tuple[int, int]:
-    """(total, free) bytes of the filesystem holding ``directory``."""
-    st = os.statvfs(directory)
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def _mem_available() -> int:

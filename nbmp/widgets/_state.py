@@ -8,14 +8,14 @@ from fixed states without sleeping. Threads are not handled here either; the
 
 from __future__ import annotations
 
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Deque, Dict, NamedTuple, Optional, Tuple
 
 from .._base import events as ev
-from .._sharing._space import space
+from .._base.util import space
+from .._sharing import shm_usage
 
 __all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",
            "DashboardState", "read_shm"]
@@ -152,16 +152,14 @@ class ShmState:
 
 
 def read_shm(path: str = "/dev/shm") -> ShmState:
-    """Read nbmp's shared-memory ledger (``nbmp.shm_usage()``, when the sharing module has
-    one) and the size and free space of ``/dev/shm``; what cannot be read stays None."""
+    """Read nbmp's shared-memory ledger (``nbmp.shm_usage()``) and the size and free space
+    of ``/dev/shm``; what cannot be read stays None."""
     segments = used = size = free = None
-    usage_fn = getattr(sys.modules.get("nbmp"), "shm_usage", None)
-    if callable(usage_fn):
-        try:
-            usage = usage_fn()
-            segments, used = int(usage.segments), int(usage.bytes)
-        except Exception:  # a broken ledger must not break the display
-            pass
+    try:
+        usage = shm_usage()
+        segments, used = int(usage.segments), int(usage.bytes)
+    except Exception:  # a broken ledger must not break the display
+        pass
     try:
         size, free = space(path)
     except (OSError, AttributeError):  # no /dev/shm (macOS) or no statvfs (Windows)

@@ -9,16 +9,29 @@ it again). A live user thread is the hazard worth one warning.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Protocol
 
+from ..threads import user_threads
 from ._base import ForkHandler, Worker
+
+
+class Locks(Protocol):
+    """Every live ForkLock (the registry's ``_ForkLocks``), handed in by the registry."""
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
+
+    def reset(self) -> None: ...
 
 
 class NbmpThreads(ForkHandler):
     """Quiesce nbmp's threads across the fork; name the user threads that may hold locks."""
 
+    def __init__(self, locks: Locks) -> None:
+        self.locks = locks
+
     def hazard(self) -> Optional[str]:
-        from ..threads import user_threads
         threads = user_threads()
         if not threads:
             return None
@@ -28,14 +41,11 @@ class NbmpThreads(ForkHandler):
                 f"or use start_method='spawn'.")
 
     def before(self) -> None:
-        from ..registry import _fork_locks
-        _fork_locks.hold()
+        self.locks.hold()
 
     def after_in_parent(self) -> None:
-        from ..registry import _fork_locks
-        _fork_locks.release()
+        self.locks.release()
 
     def in_child(self, worker: Worker) -> None:
         if worker.forked:
-            from ..registry import _fork_locks
-            _fork_locks.reset()
+            self.locks.reset()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ._base import ForkHandler, Worker
 
@@ -62,9 +62,11 @@ class NativePools(ForkHandler):
 
     modules = ("numpy", "scipy", "torch")
 
+    def __init__(self, threads_setting: Callable[[], Optional[int]]) -> None:
+        self.threads_setting = threads_setting  # the registry's explicit thread budget, or None
+
     def hazard(self) -> Optional[str]:
-        from ..registry import worker_threads_setting
-        threads = worker_threads_setting()
+        threads = self.threads_setting()
         if threads is not None and threads > 1 and gnu_openmp_loaded():
             return (f"worker threads are set to {threads}, but GNU OpenMP (libgomp) is loaded: a forked "
                     f"worker hangs in its first parallel region with more than one OpenMP thread, so nbmp "
