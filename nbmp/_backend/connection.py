@@ -1,7 +1,7 @@
 """Connections that send with nbmp's pickler.
 
 Differs from ``multiprocessing.connection.Connection`` in ``send`` only: the
-object is pickled by :mod:`nbmp._pickling` (cloudpickle + nbmp's reducers).
+object is pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers).
 ``recv`` is the standard one, since nbmp's pickles load with plain pickle.
 """
 

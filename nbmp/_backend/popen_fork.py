@@ -3,7 +3,7 @@
 What differs from ``multiprocessing.popen_fork.Popen``: ``_launch`` runs nbmp's
 ``before`` handlers just before the stdlib's launch forks and ``after_in_parent``
 right after it; in the child, a thin entry marks the fork for
-``nbmp._forking.child_started`` before the process object's ``_bootstrap``. Only
+``nbmp._forking.registry.child_started`` before the process object's ``_bootstrap``. Only
 nbmp's forks run them (no ``os.register_at_fork``). CPython 3.12+'s generic
 "multi-threaded, use of fork() may lead to deadlocks" DeprecationWarning is hidden
 for these forks: nbmp has quiesced its own threads and warns once, by name, about

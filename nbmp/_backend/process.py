@@ -10,8 +10,8 @@ that the child's tracebacks show them. Under fork nothing is pickled.
 
 Also: ``start`` records the fork-safety settings the child needs (base seed, thread
 budget, start order) in ``vars(self)``, and ``_bootstrap`` makes every child's first
-step ``nbmp._forking.child_started`` (reseeding, thread caps, CUDA reset); fork
-children are started by ``nbmp._popen_fork.Popen``, which runs nbmp's fork handlers.
+step ``nbmp._forking.registry.child_started`` (reseeding, thread caps, CUDA reset); fork
+children are started by ``nbmp._backend.popen_fork.Popen``, which runs nbmp's fork handlers.
 """
 
 from __future__ import annotations

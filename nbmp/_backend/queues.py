@@ -2,7 +2,7 @@
 
 What differs from ``multiprocessing.queues``:
 
-* ``SimpleQueue`` runs on an nbmp :class:`~nbmp._connection.Connection` pair and
+* ``SimpleQueue`` runs on an nbmp :class:`~nbmp._backend.connection.Connection` pair and
   its ``put`` pickles with nbmp's pickler; a Pool built on it (``Pool`` talks to
   the connections directly) gets cloudpickle for tasks and results for free.
 * ``Queue`` and ``JoinableQueue`` pickle in their feeder thread, as the stdlib

@@ -1,7 +1,7 @@
 """Fork safety: the fork-handler registry, nbmp's quiescing locks, per-worker seeds
 and thread budgets, and the entry every nbmp child runs.
 
-The timeline of one nbmp fork (``nbmp/_popen_fork.py``) and of every nbmp child:
+The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbmp child:
 
 1. parent, just before ``os.fork()``: each hazard not yet reported in this process
    is shown once as a :class:`ForkSafetyWarning`; then ``before`` of every handler in

@@ -7,11 +7,11 @@ result objects are kept; only these pieces are overridden):
   context pickles with cloudpickle: tasks, results and the initializer may be
   lambdas or cell-defined functions under every start method.
 * ``Process`` (the stdlib's worker factory, here ``Watch.make_worker``) starts nbmp's worker loop
-  (``_pool_worker``) with a shared-memory *slot* saying which task the worker
-  holds, and registers the worker with the Pool's :class:`~nbmp._pool_watch.Watch`.
+  (``worker``) with a shared-memory *slot* saying which task the worker
+  holds, and registers the worker with the Pool's :class:`~nbmp._pool.watch.Watch`.
   A worker that dies holding a task makes that task's call raise
-  :class:`~nbmp.WorkerLostError` at once (see ``_pool_watch`` and docs/pool.md).
-* ``map``/``starmap`` take ``progress=`` (see ``_progress``) and, like
+  :class:`~nbmp.WorkerLostError` at once (see ``watch`` and docs/pool.md).
+* ``map``/``starmap`` take ``progress=`` (see ``progress``) and, like
   ``apply``, answer a KeyboardInterrupt by terminating the Pool: the running
   tasks stop, no worker is left behind, and the interrupt propagates.
 * A map's function is pickled once per map, not once per chunk (``Prepickled``).

@@ -6,7 +6,7 @@ but the task the dead worker held is forgotten and its caller waits forever
 
 * a **watcher thread** per Pool that waits on the workers' sentinels, samples
   their memory (for the error message) and, when one dies, reads its slot
-  (see ``_pool_worker``) to learn what it held;
+  (see ``worker``) to learn what it held;
 * a **notice** it writes on the Pool's own result queue, *after* the death was
   observed, so every result the dead worker sent before dying is read first;
 * a **reader** wrapped around the result queue that hands notices to

@@ -10,7 +10,7 @@ What differs from the stdlib's ``worker``:
 * SIGINT is ignored: the notebook's interrupt button signals the whole process
   group, and the parent answers it by terminating the Pool -- workers neither
   print a KeyboardInterrupt traceback each nor die holding a queue lock.
-* Exceptions cross with the worker's frames (see ``_pool_errors``); a task that
+* Exceptions cross with the worker's frames (see ``errors``); a task that
   cannot be unpickled or an initializer that raises is reported to the parent
   instead of killing the worker silently.
 """

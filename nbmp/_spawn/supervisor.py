@@ -79,7 +79,7 @@ class Supervisor:
         # Run in a copy of the caller's context: ipykernel keeps the current cell in a
         # context variable, so the relayed lines land in the cell that called spawn.
         # The target is a method of this class, so the thread counts as nbmp's own (not a
-        # user thread to warn about) when another run forks (see nbmp._fork_threads).
+        # user thread to warn about) when another run forks (see nbmp._forking.threads).
         thread = threading.Thread(target=self._run_in, args=(contextvars.copy_context(),),
                                   name=f"nbmp-spawn-{self.run_id}", daemon=True)
         thread.start()
