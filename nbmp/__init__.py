@@ -19,6 +19,7 @@ import multiprocessing as _multiprocessing
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
 from ._base import ProcessException, ProcessExitedException, ProcessRaisedException
+from ._base.util import fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, spawn, start_processes
@@ -46,6 +47,9 @@ __all__ = [
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
     "get_sharing_threshold", "set_sharing_threshold",
 ]
+
+# Tracebacks and reprs say nbmp.WorkerLostError, not nbmp._pool.errors.WorkerLostError.
+_fixup_module_metadata(__name__, globals(), __all__)
 
 
 def load_ipython_extension(ipython):  # type: ignore[no-untyped-def]

@@ -6,12 +6,28 @@ Like ``multiprocessing.util``: nothing here knows about workers, runs or pools.
 from __future__ import annotations
 
 import os
-from typing import Tuple
+import types
+from typing import Any, Dict, Iterable, Tuple
 
-__all__ = ["space"]
+__all__ = ["space", "fixup_module_metadata"]
 
 
 def space(directory: str) -> Tuple[int, int]:
     """(total, free) bytes of the filesystem holding ``directory``."""
     st = os.statvfs(directory)
     return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:
+    """Make each class and function among ``names`` that a private submodule of ``module_name``
+    defines report ``module_name`` as its module, under the name it is exported as (as trio's
+    ``fixup_module_metadata`` does): tracebacks and reprs show ``nbmp.WorkerLostError``, and
+    pickle, which finds a class by ``__module__`` and ``__qualname__``, finds it at that path.
+    ``__name__`` is left alone (``nbmp.Process`` still names its processes ``DefaultProcess-N``).
+    Bound methods (the drop-in names that come from the default context) keep theirs, as the
+    standard module's do."""
+    for name in names:
+        obj = namespace[name]
+        if isinstance(obj, (type, types.FunctionType)) and obj.__module__.startswith(module_name + "."):
+            obj.__module__ = module_name
+            obj.__qualname__ = name
