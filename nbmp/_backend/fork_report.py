@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .._base.util import space
+from .._base.util import format_bytes as _size, space
 from .._forking import registry as _forking, threads as _fork_threads
 from .._forking.handlers.cuda import cuda_initialized
 from .._forking.handlers.jax import jax_initialized
@@ -70,10 +70,6 @@ class ForkReport:
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         printer.text(str(self))
-
-
-def _size(n: Optional[int]) -> str:
-    return "-" if n is None else f"{n / 2**20:.0f} MiB"
 
 
 def _state(flag: Optional[bool], module: str) -> str:

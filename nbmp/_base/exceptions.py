@@ -8,8 +8,9 @@ not round-trip through the default ``BaseException`` pickling).
 
 from __future__ import annotations
 
-import signal
 from typing import Any, Optional, Tuple
+
+from .util import signal_name
 
 __all__ = ["ProcessException", "ProcessRaisedException", "ProcessExitedException",
            "raised_message", "exited_error"]
@@ -93,8 +94,5 @@ def exited_error(index: int, pid: int, exitcode: int) -> ProcessExitedException:
     if exitcode >= 0:
         return ProcessExitedException(f"process {index:d} terminated with exit code {exitcode:d}",
                                       index, pid, exitcode)
-    try:
-        name = signal.Signals(-exitcode).name
-    except ValueError:
-        name = f"<Unknown signal {-exitcode}>"
+    name = signal_name(-exitcode)
     return ProcessExitedException(f"process {index:d} terminated with signal {name}", index, pid, exitcode, name)

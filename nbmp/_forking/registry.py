@@ -39,6 +39,7 @@ import warnings
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .._base.util import check_int
 from . import on_import as _on_import
 from .handlers import ForkHandler, ForkSafetyWarning, Worker, builtin_handlers
 
@@ -83,10 +84,8 @@ def set_worker_threads(n: Optional[int]) -> None:
         >>> nbmp.set_worker_threads(None)  # back to cores // workers
     """
     global _worker_threads
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-        raise ValueError(f"worker threads must be a positive int or None (cores // workers), not {n!r}; "
-                         f"e.g. nbmp.set_worker_threads(2)")
-    _worker_threads = n
+    _worker_threads = check_int(n, "n in nbmp.set_worker_threads(n)", "nbmp.set_worker_threads(2)",
+                                none_means="cores // workers")
 
 
 def worker_threads_setting() -> Optional[int]:

@@ -21,15 +21,15 @@ import linecache
 import multiprocessing
 import os
 import pickle
-import signal
 import traceback
 from dataclasses import dataclass
 from multiprocessing.pool import RemoteTraceback
 from typing import Any, List, Optional, Tuple
 
 from .._backend import pickling as _pickling
+from .._base.util import format_bytes, signal_name
 
-__all__ = ["WorkerLostError", "RemoteTaskError", "Death", "wrap_task_exception", "format_bytes"]
+__all__ = ["WorkerLostError", "RemoteTaskError", "Death", "wrap_task_exception"]
 
 
 class WorkerLostError(multiprocessing.ProcessError):
@@ -124,21 +124,7 @@ class Death:
 
 
 def _signal_name(exitcode: Optional[int]) -> Optional[str]:
-    if exitcode is None or exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return f"signal {-exitcode}"
-
-
-def format_bytes(n: float) -> str:
-    """``3.1 GiB``-style size."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
+    return None if exitcode is None or exitcode >= 0 else signal_name(-exitcode)
 
 
 # --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence
 from . import progress as _progress
 from .._backend import default_context, register_factory
 from .._base import RunFinished, RunStarted, TaskProgress, new_run_id
+from .._base.util import check_int
 from .watch import Watch
 from .worker import Prepickled
 
@@ -216,13 +217,13 @@ def _check_func(func: Any) -> None:
         raise TypeError(f"func must be callable, not {func!r}: pass the function itself, e.g. pool.map(f, items)")
 
 
+_DEFAULTS = {"processes": ("nbmp.Pool(4)", "one per core"), "workers": ("workers=4", "up to one per core"),
+             "chunksize": ("chunksize=16", "chosen from the length")}
+
+
 def _check_processes(value: Any, name: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive int or None, not {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int or None, not {value!r}")
+    example, none_means = _DEFAULTS[name]
+    check_int(value, name, example, none_means=none_means)
 
 
 def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Optional[int] = None,

@@ -10,7 +10,7 @@ error at the allocation, which names the size, the room left and the fix.
 from __future__ import annotations
 
 import os
-from .._base.util import space
+from .._base.util import format_bytes as _size, space
 
 __all__ = ["SharedMemoryFullError", "space", "check_fits", "reserve"]
 
@@ -67,9 +67,3 @@ def reserve(fd: int, nbytes: int, where: str) -> None:
             f"or another strategy/directory with nbmp.set_sharing_strategy().") from exc
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return str(n)

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import operator
 import os
 from collections.abc import Sequence
 from multiprocessing import context
@@ -11,6 +10,7 @@ from typing import Any, Dict, Tuple
 
 from .._backend import pickling as _pickling
 from .._backend import default_context
+from .._base.util import check_int
 from .output import check_output_mode
 
 __all__ = ["check_arguments"]
@@ -39,17 +39,8 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
 
 
 def _check_nprocs(nprocs: Any) -> int:
-    try:
-        if isinstance(nprocs, bool):
-            raise TypeError
-        value = operator.index(nprocs)
-    except TypeError:
-        raise TypeError(f"nprocs must be a positive int (the number of worker processes), got {nprocs!r}; "
-                        f"e.g. nprocs=4") from None
-    if value < 1:
-        raise ValueError(f"nprocs must be a positive int (the number of worker processes), got {value}; "
-                         f"e.g. nprocs={os.cpu_count() or 1}")
-    return value
+    example = f"nprocs={os.cpu_count() or 1}, the number of worker processes"
+    return check_int(nprocs, "nprocs", example)  # type: ignore[return-value]
 
 
 class _ProbePopen:
