@@ -17,16 +17,14 @@ Example::
 import multiprocessing as _multiprocessing
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from ._context import default_context as _default_context
-from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
-from ._doctor import ForkReport, doctor
+from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
+from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
+from ._base import ProcessException, ProcessExitedException, ProcessRaisedException
+from ._base.util import fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
-from ._pickling import PicklingError
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, spawn, start_processes
-from ._pool import parallel_map
-from ._pool_errors import RemoteTaskError, WorkerLostError
-from ._serial import ForkShared, SerialExecutor
+from ._pool import ForkShared, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
                        get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
                        shm_usage, zeros)
@@ -54,6 +52,9 @@ __all__ = [
     "get_sharing_threshold", "set_sharing_threshold",
 ]
 
+# Tracebacks and reprs say nbmp.WorkerLostError, not nbmp._pool.errors.WorkerLostError.
+_fixup_module_metadata(__name__, globals(), __all__)
+
 
 def load_ipython_extension(ipython: "_InteractiveShell") -> None:
     """``%load_ext nbmp``: register the ``%%nbmp`` and ``%nbmp`` magics (cheap: nothing starts).
@@ -64,11 +65,11 @@ def load_ipython_extension(ipython: "_InteractiveShell") -> None:
         %%nbmp -n 4
         rank * rank            # -> [0, 1, 4, 9]
     """
-    from ._magics import load
+    from ._notebook.magics import load
     load(ipython)
 
 
 def unload_ipython_extension(ipython: "_InteractiveShell") -> None:
     """``%unload_ext nbmp``: stop every nbmp worker still running and remove the magics."""
-    from ._magics import unload
+    from ._notebook.magics import unload
     unload(ipython)

@@ -30,6 +30,8 @@ from multiprocessing.managers import (  # type: ignore[attr-defined]  # typeshed
 )
 from typing import Any, Optional
 
+from ._backend import default_context, register_factory
+
 __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryManager",
            "NamespaceProxy", "ListProxy", "DictProxy", "ValueProxy", "AutoProxy", "MakeProxyType",
            "Namespace", "RemoteError"]
@@ -38,7 +40,6 @@ __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryMana
 class _StartsFromNbmp:
     def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
                  serializer: str = "pickle", ctx: Any = None, **kwargs: Any) -> None:
-        from ._context import default_context
         super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
                          ctx=ctx or default_context.get_context(), **kwargs)
 
@@ -53,3 +54,6 @@ class SyncManager(_StartsFromNbmp, managers.SyncManager):
 
 class SharedMemoryManager(_StartsFromNbmp, managers.SharedMemoryManager):
     """``multiprocessing.managers.SharedMemoryManager`` started from nbmp's context."""
+
+
+register_factory("SyncManager", SyncManager)  # what ctx.Manager() starts

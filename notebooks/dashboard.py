@@ -8,7 +8,7 @@
 # hand watches every nbmp run from then on.
 #
 # Until `spawn` feeds it, this notebook starts a few `nbmp.Process` workers itself and
-# hands the dashboard the events spawn sends (`nbmp._events`).
+# hands the dashboard the events spawn sends (`nbmp._base.events`).
 
 # %%
 import os
@@ -16,7 +16,7 @@ import time
 import traceback
 
 import nbmp
-from nbmp import _events as ev
+from nbmp._base import events as ev
 
 
 def work(i, q):

@@ -45,7 +45,7 @@ def no_leaks() -> Iterator[None]:
     yield
     handlers_left = [h for h in nbmp._forking.user_handlers() if h not in handlers_before]
     for handler in handlers_left:
-        nbmp._forking._user_handlers.remove(handler)
+        nbmp._forking.registry._user_handlers.remove(handler)
     leaks = left_behind(before, GUARD)
     assert not leaks, f"test left behind {describe(leaks)}"
     assert not handlers_left, f"test left fork handlers registered (call .remove() on the handle): {handlers_left}"

@@ -53,7 +53,7 @@ def test_pool_tasks_results_and_initializer(ctx):
 
 
 def test_importable_functions_still_go_by_reference():
-    from nbmp import _pickling
+    from nbmp._backend import pickling as _pickling
     import os.path
     assert len(_pickling.dumps(os.path.join)) < 100
     assert b"posixpath" in _pickling.dumps(os.path.join)

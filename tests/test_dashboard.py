@@ -9,7 +9,7 @@ import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from nbmp import _events as ev
+from nbmp._base import events as ev
 from nbmp.widgets import _choice, check_dashboard, make_dashboard, resolve_frontend, set_dashboard
 
 

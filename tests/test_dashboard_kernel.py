@@ -13,7 +13,7 @@ pytestmark = pytest.mark.kernel
 DRIVER = '''
 import os, time, traceback, threading
 import nbmp
-from nbmp import _events as ev
+from nbmp._base import events as ev
 
 def work(i, q):
     try:

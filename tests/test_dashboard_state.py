@@ -5,7 +5,7 @@ import io
 
 import pytest
 
-from nbmp import _events as ev
+from nbmp._base import events as ev
 from nbmp.widgets import DashboardState, status_line, summary_table
 from nbmp.widgets._state import ShmState, read_shm
 from nbmp.widgets._terminal import TextView

@@ -27,8 +27,8 @@ def test_default_is_chosen_explicitly_not_inherited():
 def test_get_context_returns_nbmp_contexts(method):
     ctx = nbmp.get_context(method)
     assert ctx.get_start_method() == method
-    assert type(ctx).__module__ == "nbmp._context"
-    assert ctx.Process.__module__ == "nbmp._process"
+    assert type(ctx).__module__ == "nbmp._backend.context"
+    assert ctx.Process.__module__ == "nbmp._backend.process"
 
 
 def test_unknown_start_method_names_the_choices():

@@ -3,6 +3,8 @@
 import multiprocessing
 import multiprocessing.managers
 import multiprocessing.shared_memory
+import os
+import pickle
 
 import nbmp
 import nbmp.managers
@@ -45,3 +47,53 @@ def test_submodules_mirror_the_standard_ones():
 def test_exceptions_are_the_standard_ones():
     for name in ("ProcessError", "BufferTooShort", "TimeoutError", "AuthenticationError"):
         assert getattr(nbmp, name) is getattr(multiprocessing, name)
+
+
+def _defined_by_nbmp(obj):
+    import types
+    code = getattr(obj, "__code__", None)
+    if isinstance(obj, types.FunctionType):
+        return code.co_filename.startswith(os.path.dirname(nbmp.__file__))
+    return isinstance(obj, type) and obj.__module__.split(".")[0] == "nbmp"
+
+
+def test_every_public_class_and_function_reports_nbmp_as_its_module():
+    own = {name: getattr(nbmp, name) for name in nbmp.__all__ if _defined_by_nbmp(getattr(nbmp, name))}
+    assert {"WorkerLostError", "ProcessExitedException", "spawn", "Process", "Dashboard"} <= set(own)
+    wrong = {name: f"{obj.__module__}.{obj.__qualname__}" for name, obj in own.items()
+             if (obj.__module__, obj.__qualname__) != ("nbmp", name)}
+    assert wrong == {}
+    for name, obj in own.items():  # pickle finds each at that path
+        assert pickle.loads(pickle.dumps(obj)) is obj, name
+
+
+def test_a_traceback_names_the_public_class():
+    import traceback
+    line = traceback.format_exception_only(nbmp.WorkerLostError, nbmp.WorkerLostError("gone"))[-1]
+    assert line == "nbmp.WorkerLostError: gone\n"
+    assert repr(nbmp.Process) == "<class 'nbmp.Process'>"
+
+
+def _errors():
+    return [nbmp.ProcessRaisedException("boom", 1, 11),
+            nbmp.ProcessExitedException("process 2 terminated with signal SIGKILL", 2, 22, -9, "SIGKILL"),
+            nbmp.WorkerLostError("worker 3 died", index=3, pid=33),
+            nbmp.RemoteTaskError("ValueError: x", exc_type="ValueError"),
+            nbmp.SharedMemoryFullError("full"), nbmp.PicklingError("cannot pickle")]
+
+
+def _same(a, b):
+    return type(a) is type(b) and a.args == b.args and vars(a) == vars(b)
+
+
+def test_public_exceptions_round_trip_through_pickle():
+    for error in _errors():
+        for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+            assert _same(pickle.loads(pickle.dumps(error, protocol)), error), (error, protocol)
+
+
+def test_public_exceptions_cross_processes(start_method):
+    # Made in the worker, pickled there, rebuilt here by their public path.
+    got = nbmp.spawn(lambda i: _errors(), nprocs=1, start_method=start_method)[0]
+    assert all(_same(a, b) for a, b in zip(got, _errors())), got
+    assert [type(e).__module__ for e in got] == ["nbmp"] * len(got)

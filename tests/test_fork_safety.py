@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 import threading
 import time
 import warnings
@@ -138,8 +139,10 @@ def test_worker_threads_from_the_environment(ctx, monkeypatch):
 
 
 def test_set_worker_threads_rejects_bad_values():
-    for bad in (0, -1, 1.5, "2", True):
-        with pytest.raises(ValueError, match="set_worker_threads"):
+    # The rule for every argument check: a wrong type is a TypeError, a wrong value a ValueError.
+    for bad, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)):
+        expected = r"set_worker_threads\(n\) must be a positive int or None, not " + re.escape(repr(bad))
+        with pytest.raises(error, match=expected):
             nbmp.set_worker_threads(bad)
 
 

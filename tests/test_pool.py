@@ -14,7 +14,7 @@ import pytest
 import nbmp
 from conftest import TIMEOUT
 from helpers import run_main
-from nbmp._events import RunFinished, RunStarted, TaskProgress
+from nbmp._base.events import RunFinished, RunStarted, TaskProgress
 
 
 def _segfault() -> None:
@@ -123,7 +123,7 @@ def test_worker_lost_error_is_picklable_and_a_process_error():
 
 
 def test_message_reports_memory_when_sampled():
-    from nbmp._pool_errors import Death
+    from nbmp._pool.errors import Death
     error = Death(index=1, pid=42, exitcode=-9, rss=int(3.1 * (1 << 30))).error("while running x", "")
     assert "SIGKILL: often the out-of-memory killer" in str(error)
     assert "RSS was 3.1 GiB" in str(error)
@@ -253,7 +253,7 @@ def test_progress_false_emits_nothing_and_true_draws_a_bar(capsys):
 
 
 def test_text_bar_redraws_in_place_on_a_terminal():
-    from nbmp._progress import TextBar
+    from nbmp._pool.progress import TextBar
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

@@ -211,19 +211,19 @@ def test_threshold_is_a_setting():
     x = np.ones(100)
     nbmp.set_sharing_threshold(0)
     try:
-        back = pickle.loads(nbmp._pickling.dumps(x))
+        back = pickle.loads(nbmp._backend.pickling.dumps(x))
         assert nbmp.is_shared(back) and (back == 1).all()
         assert nbmp.get_sharing_threshold() == 0
     finally:
         nbmp.set_sharing_threshold(1 << 20)
     del back
-    assert not nbmp.is_shared(pickle.loads(nbmp._pickling.dumps(x)))
+    assert not nbmp.is_shared(pickle.loads(nbmp._backend.pickling.dumps(x)))
 
 
 def test_non_contiguous_and_fortran_arrays_are_moved_with_their_values(ctx):
     base = np.arange(4 * MiB, dtype=np.float32).reshape(2048, 2048)
     for x in (base[::2, ::3], np.asfortranarray(base)):
-        got = pickle.loads(nbmp._pickling.dumps(x))
+        got = pickle.loads(nbmp._backend.pickling.dumps(x))
         assert nbmp.is_shared(got) and got.shape == x.shape
         np.testing.assert_array_equal(got, x)
         del got
@@ -236,15 +236,15 @@ class Tagged(np.ndarray):
 def test_subclasses_keep_their_type_and_attributes():
     a = nbmp.zeros(10).view(Tagged)
     a.tag = "hello"
-    got = pickle.loads(nbmp._pickling.dumps(a))
+    got = pickle.loads(nbmp._backend.pickling.dumps(a))
     assert type(got) is Tagged and got.tag == "hello" and address(got) == address(a)
     masked = np.ma.masked_array(np.zeros(MiB), mask=False)  # has its own __reduce__: ordinary pickling
-    assert type(pickle.loads(nbmp._pickling.dumps(masked))) is np.ma.MaskedArray
+    assert type(pickle.loads(nbmp._backend.pickling.dumps(masked))) is np.ma.MaskedArray
 
 
 def test_object_arrays_are_pickled():
     x = np.array([{"a": 1}] * 200000, dtype=object)
-    assert pickle.loads(nbmp._pickling.dumps(x))[0] == {"a": 1}
+    assert pickle.loads(nbmp._backend.pickling.dumps(x))[0] == {"a": 1}
 
 
 def test_too_big_for_dev_shm_is_an_error_before_allocating():

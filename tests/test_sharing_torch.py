@@ -88,7 +88,7 @@ def test_tensor_shared_by_torch_as_a_spawn_argument(start_method):
 def test_tensor_views_keep_their_layout():
     t = nbmp.share(torch.arange(60, dtype=torch.int32).reshape(3, 4, 5))
     for view in (t[1], t[:, ::2, 1:], t.transpose(0, 2), t.reshape(12, 5)[3:7], t.flatten()[1::3]):
-        got = pickle.loads(nbmp._pickling.dumps(view))
+        got = pickle.loads(nbmp._backend.pickling.dumps(view))
         assert got.data_ptr() == view.data_ptr() and got.stride() == view.stride()
         assert got.storage_offset() == view.storage_offset() and torch.equal(got, view)
 
@@ -97,7 +97,7 @@ def test_numpy_array_viewed_as_tensor_is_shared():
     a = nbmp.zeros((4, 4), dtype="float32")
     t = torch.from_numpy(a)
     assert nbmp.is_shared(t)
-    got = pickle.loads(nbmp._pickling.dumps(t))
+    got = pickle.loads(nbmp._backend.pickling.dumps(t))
     got[0, 0] = 9
     assert a[0, 0] == 9
 

@@ -39,12 +39,12 @@ def _start(source):
 
 
 SLOW_SUPERVISOR_START = """
-import time, nbmp._supervisor
-_start = nbmp._supervisor.Supervisor.start
+import time, nbmp._spawn.supervisor
+_start = nbmp._spawn.supervisor.Supervisor.start
 def _slow_start(self):  # the workers are ready before the run is: Ctrl-C lands in between
     _start(self)
     time.sleep(1.5)
-nbmp._supervisor.Supervisor.start = _slow_start
+nbmp._spawn.supervisor.Supervisor.start = _slow_start
 """
 
 
@@ -102,7 +102,7 @@ def _open_fds():
 def test_interrupt_while_the_supervisor_starts_stops_the_run_through_it(monkeypatch):
     # The race CI once hit: SIGINT landed in Supervisor.start after its thread was
     # running, and cleaning up closed the pipes that thread was reading (EBADF).
-    from nbmp import _supervisor
+    from nbmp._spawn import supervisor as _supervisor
 
     start = _supervisor.Supervisor.start
 

@@ -123,7 +123,7 @@ def test_inherit_leaves_the_fds_alone(capfd):
 
 
 def test_lines_without_newline_are_cut_at_the_limit(capsys):
-    from nbmp._output import MAX_LINE
+    from nbmp._spawn.output import MAX_LINE
     nbmp.spawn(lambda i: os.write(1, b"y" * (MAX_LINE + 10)), nprocs=1)
     lines = capsys.readouterr().out.splitlines()
     assert [len(line) for line in lines] == [len("[0] ") + MAX_LINE, len("[0] ") + 10]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .. import _pickling
+from .._backend import pickling as _pickling
 from . import _numpy, _torch
 from ._ledger import ShmUsage, shm_usage
 from ._space import SharedMemoryFullError

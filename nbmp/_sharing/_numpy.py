@@ -13,7 +13,7 @@ import mmap
 import os
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
-from .. import _pickling
+from .._backend import pickling as _pickling
 from . import _segments, _strategies
 
 if TYPE_CHECKING:

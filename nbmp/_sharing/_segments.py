@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from .. import _pickling
+from .._backend import pickling as _pickling
 from . import _client, _space, _strategies
 
 __all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "attach", "find", "live"]

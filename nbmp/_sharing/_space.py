@@ -10,7 +10,7 @@ error at the allocation, which names the size, the room left and the fix.
 from __future__ import annotations
 
 import os
-from typing import Tuple
+from .._base.util import format_bytes as _size, space
 
 __all__ = ["SharedMemoryFullError", "space", "check_fits", "reserve"]
 
@@ -26,12 +26,6 @@ class SharedMemoryFullError(MemoryError):
         ...     print(str(e)[:40])
         cannot put 1024.0 TiB in shared memory
     """
-
-
-def space(directory: str) -> Tuple[int, int]:
-    """(total, free) bytes of the filesystem holding ``directory``."""
-    st = os.statvfs(directory)
-    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
 
 
 def _mem_available() -> int:
@@ -73,9 +67,3 @@ def reserve(fd: int, nbytes: int, where: str) -> None:
             f"or another strategy/directory with nbmp.set_sharing_strategy().") from exc
 
 
-def _size(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)

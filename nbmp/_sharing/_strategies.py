@@ -20,6 +20,8 @@ import os
 import sys
 from typing import List, Optional
 
+from .._base.util import check_int
+
 __all__ = ["get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
            "get_sharing_threshold", "set_sharing_threshold", "directory"]
 
@@ -108,7 +110,5 @@ def set_sharing_threshold(nbytes: int) -> None:
         >>> nbmp.set_sharing_threshold(4 << 20)   # 4 MiB and more go by shared memory
     """
     global _threshold
-    if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
-        raise ValueError(f"the sharing threshold must be a non-negative int of bytes, not {nbytes!r}; "
-                         f"e.g. nbmp.set_sharing_threshold({DEFAULT_THRESHOLD})")
-    _threshold = nbytes
+    _threshold = check_int(nbytes, "the sharing threshold (bytes)", f"nbmp.set_sharing_threshold({DEFAULT_THRESHOLD})",
+                           minimum=0)  # type: ignore[assignment]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pickle
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from .. import _pickling
+from .._backend import pickling as _pickling
 from . import _segments, _strategies
 
 if TYPE_CHECKING:

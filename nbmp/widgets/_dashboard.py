@@ -1,6 +1,6 @@
 """``nbmp.Dashboard``: the event sink that keeps a ``DashboardState`` and drives a view.
 
-Events (``nbmp._events``) are folded into the state as they come, from whatever thread
+Events (``nbmp._base.events``) are folded into the state as they come, from whatever thread
 delivers them; the view is redrawn at once when a run starts or ends, and otherwise
 by the one background thread (``Ticker``) a few times a second, which also samples
 the workers' CPU and RSS. The thread runs only while a watched run is live and is
@@ -18,7 +18,7 @@ import time
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Set
 
-from .. import _events as ev
+from .._base import events as ev
 from ._choice import Choice, check_dashboard, resolve_frontend
 from ._sampler import ProcessProbe, Ticker
 from ._state import DashboardState, read_shm

@@ -13,9 +13,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, NamedTuple, Optional, Protocol, Tuple
 
-from .. import _events as ev
-from .._sharing._ledger import shm_usage
-from .._sharing._space import space
+from .._base import events as ev
+from .._base.util import space
+from .._sharing import shm_usage
 
 __all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",
            "DashboardState", "read_shm"]

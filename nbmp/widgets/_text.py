@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Collection, List, Optional, Sequence
 
+from .._base.util import format_bytes, signal_name
 from ._state import DashboardState, RunState, ShmState, WorkerState
 
 __all__ = ["status_line", "summary_table", "fmt_bytes", "fmt_duration", "fmt_cpu", "fmt_exit",
@@ -19,15 +20,7 @@ WORKER_COLUMNS = ("worker", "pid", "state", "elapsed", "cpu", "rss", "tasks", "e
 
 # -- values ---------------------------------------------------------------------------
 
-def fmt_bytes(n: Optional[int]) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+fmt_bytes = format_bytes
 
 
 def fmt_duration(seconds: Optional[float]) -> str:
@@ -51,13 +44,7 @@ def fmt_exit(code: Optional[int]) -> str:
     """An exit code as ``Popen.returncode`` gives it: negative numbers are signals."""
     if code is None:
         return "-"
-    if code < 0:
-        import signal
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal {-code}"
-    return str(code)
+    return signal_name(-code) if code < 0 else str(code)
 
 
 def fmt_tasks(worker: WorkerState) -> str:

@@ -1,0 +1,64 @@
+"""Connections that send with nbmp's pickler.
+
+Differs from ``multiprocessing.connection.Connection`` in ``send`` only: the
+object is pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers).
+``recv`` is the standard one, since nbmp's pickles load with plain pickle.
+"""
+
+from __future__ import annotations
+
+from multiprocessing import connection, reduction
+from typing import TYPE_CHECKING, Any, Tuple
+
+from . import pickling as _pickling
+
+__all__ = ["Connection", "Pipe"]
+
+
+class Connection(connection.Connection):
+    """A :class:`multiprocessing.connection.Connection` whose ``send`` uses cloudpickle."""
+
+    if TYPE_CHECKING:  # the stdlib's private methods that send() uses (typeshed omits them)
+        def _check_closed(self) -> None: ...
+        def _check_writable(self) -> None: ...
+        def _send_bytes(self, buf: bytes) -> None: ...
+
+    def send(self, obj: Any) -> None:
+        """Send ``obj``, pickled by nbmp, to the other end."""
+        self._check_closed()
+        self._check_writable()
+        self._send_bytes(_pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process"))
+
+
+def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
+    """Return a pair of connected :class:`Connection` objects, like ``multiprocessing.Pipe``.
+
+    Example::
+
+        >>> a, b = nbmp.Pipe()
+        >>> a.send(lambda x: x + 1); b.recv()(1)
+        2
+    """
+    ends = connection.Pipe(duplex)
+    return tuple(_upgrade(end) for end in ends)  # type: ignore[return-value]  # tuple() of a generator is tuple[Connection, ...]; here, two
+
+
+def _upgrade(end: connection.Connection) -> Connection:
+    # Connection adds no state to the stdlib class, so retyping the stdlib's
+    # object is exact and keeps its handle (no dup, no second pipe).
+    end.__class__ = Connection
+    return end  # type: ignore[return-value]  # retyped by the __class__ assignment above
+
+
+def _reduce_connection(conn: Connection) -> Tuple[Any, ...]:
+    _, args = connection.reduce_connection(conn)  # type: ignore[attr-defined]  # typeshed omits this runtime name
+    return _rebuild_connection, args
+
+
+def _rebuild_connection(df: Any, readable: bool, writable: bool) -> Connection:
+    return Connection(df.detach(), readable, writable)
+
+
+# Registering nbmp's own type with the stdlib's ForkingPickler changes nothing for
+# stdlib objects; it lets an nbmp Connection travel through any channel.
+reduction.register(Connection, _reduce_connection)

@@ -1,0 +1,149 @@
+"""nbmp's contexts: fork first, and every object they hand out pickles with cloudpickle.
+
+What differs from ``multiprocessing.context``:
+
+* the concrete contexts hand out nbmp's ``Process``, ``Queue``, ``JoinableQueue``,
+  ``SimpleQueue``, ``Pipe``, ``Pool`` and ``Manager``, and ``get_context(name)``
+  returns nbmp contexts;
+* the default context starts with ``"fork"`` wherever the platform has it,
+  chosen here explicitly rather than inherited from the stdlib default (which
+  is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from Python 3.14);
+* the default context is nbmp's own: ``nbmp.set_start_method`` never changes
+  the standard module's start method.
+"""
+
+from __future__ import annotations
+
+import sys
+from multiprocessing import context, process, reduction
+from typing import Any, Callable, Dict, Iterable, Optional, Sequence
+
+from . import process as _process
+
+__all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
+           "default_context", "register_factory"]
+
+# ``Pool`` and ``Manager`` are built in the layers above this one (nbmp._pool, nbmp.managers);
+# each registers its class here when imported (``import nbmp`` imports both), so that a
+# context hands them out without this layer importing upward.
+_factories: Dict[str, Callable[..., Any]] = {}
+
+
+def register_factory(name: str, factory: Callable[..., Any]) -> None:
+    """Make ``factory`` what contexts build for ``name`` (``"Pool"`` or ``"SyncManager"``)."""
+    _factories[name] = factory
+
+
+class BaseContext(context.BaseContext):
+    """The stdlib's ``BaseContext``, handing out nbmp's objects."""
+
+    _name: str  # each concrete context's start method; typeshed omits it
+
+    def Pipe(self, duplex: bool = True) -> Any:
+        """Return two connected nbmp Connections (cloudpickle on ``send``)."""
+        from .connection import Pipe
+        return Pipe(duplex)
+
+    def Queue(self, maxsize: int = 0) -> Any:
+        """Return an nbmp Queue (cloudpickle on ``put``)."""
+        from .queues import Queue
+        return Queue(maxsize, ctx=self.get_context())
+
+    def JoinableQueue(self, maxsize: int = 0) -> Any:
+        """Return an nbmp JoinableQueue (cloudpickle on ``put``)."""
+        from .queues import JoinableQueue
+        return JoinableQueue(maxsize, ctx=self.get_context())
+
+    def SimpleQueue(self) -> Any:
+        """Return an nbmp SimpleQueue (cloudpickle on ``put``)."""
+        from .queues import SimpleQueue
+        return SimpleQueue(ctx=self.get_context())
+
+    def Pool(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
+             initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
+        """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle."""
+        return _factories["Pool"](processes, initializer, initargs, maxtasksperchild, context=self.get_context())
+
+    def Manager(self) -> Any:
+        """Return a started :class:`nbmp.managers.SyncManager`."""
+        manager = _factories["SyncManager"](ctx=self.get_context())
+        manager.start()
+        return manager
+
+    def get_context(self, method: Optional[str] = None) -> "BaseContext":  # type: ignore[override]  # nbmp's contexts, not the stdlib's per-Literal ones
+        """Return the nbmp context for ``method`` ('fork', 'spawn' or 'forkserver')."""
+        if method is None:
+            return self
+        ctx = _concrete_contexts.get(method)
+        if ctx is None:
+            raise ValueError(
+                f"unknown start method {method!r}; use one of {sorted(_concrete_contexts)}"
+                f" (nbmp's default is {_first_method()!r})")
+        ctx._check_available()
+        return ctx
+
+
+class ForkContext(BaseContext):
+    _name = "fork"
+    Process = _process.ForkProcess
+
+
+class SpawnContext(BaseContext):
+    _name = "spawn"
+    Process = _process.SpawnProcess
+
+
+class ForkServerContext(BaseContext):
+    _name = "forkserver"
+    Process = _process.ForkServerProcess
+
+    def _check_available(self) -> None:
+        if not reduction.HAVE_SEND_HANDLE:
+            raise ValueError("the forkserver start method is not available on this platform; use 'fork' or 'spawn'")
+
+
+class DefaultProcess(_process._NbmpProcess):
+    """``nbmp.Process``: started by the method nbmp's default context names (fork first).
+
+    Example::
+
+        >>> p = nbmp.Process(target=lambda: print("hi")); p.start(); p.join()
+        hi
+    """
+
+    _start_method = None
+
+    @staticmethod
+    def _Popen(process_obj: process.BaseProcess) -> Any:
+        return default_context.get_context().Process._Popen(process_obj)  # type: ignore[attr-defined]  # a concrete context: it has Process
+
+    @staticmethod
+    def _after_fork() -> None:
+        default_context.get_context().Process._after_fork()  # type: ignore[attr-defined]  # a concrete context: it has Process
+
+
+class DefaultContext(context.DefaultContext, BaseContext):
+    """nbmp's default context: the stdlib's semantics, nbmp's contexts, fork first."""
+
+    Process = DefaultProcess  # type: ignore[assignment]  # nbmp's process classes subclass BaseProcess, not the stdlib's Process
+    _default_context: BaseContext  # set by the stdlib's __init__; typeshed omits it
+
+    def get_all_start_methods(self) -> list[str]:
+        """Return the start methods this platform supports, nbmp's default first."""
+        default = self._default_context._name
+        return [default] + [name for name in _concrete_contexts if name != default]
+
+
+_concrete_contexts: Dict[str, BaseContext] = {}
+if sys.platform != "win32":
+    _concrete_contexts["fork"] = ForkContext()
+_concrete_contexts["spawn"] = SpawnContext()
+if reduction.HAVE_SEND_HANDLE:
+    _concrete_contexts["forkserver"] = ForkServerContext()
+
+
+def _first_method() -> str:
+    return "fork" if "fork" in _concrete_contexts else "spawn"
+
+
+default_context = DefaultContext(_concrete_contexts[_first_method()])

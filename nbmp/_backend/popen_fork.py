@@ -1,0 +1,45 @@
+"""Starting a child by ``os.fork()``, with nbmp's fork handlers around the fork.
+
+What differs from ``multiprocessing.popen_fork.Popen``: ``_launch`` runs nbmp's
+``before`` handlers just before the stdlib's launch forks and ``after_in_parent``
+right after it; in the child, a thin entry marks the fork for
+``nbmp._forking.registry.child_started`` before the process object's ``_bootstrap``. Only
+nbmp's forks run them (no ``os.register_at_fork``). CPython 3.12+'s generic
+"multi-threaded, use of fork() may lead to deadlocks" DeprecationWarning is hidden
+for these forks: nbmp has quiesced its own threads and warns once, by name, about
+the threads that are a real hazard (see docs/fork_safety.md).
+"""
+
+from __future__ import annotations
+
+import warnings
+from multiprocessing import popen_fork
+from typing import Any, Optional
+
+from .. import _forking
+
+__all__ = ["Popen"]
+
+
+class _ChildEntry:
+    """Stands for the process object inside the stdlib's ``_launch``: only the child calls it."""
+
+    def __init__(self, process_obj: Any, hidden: warnings.catch_warnings) -> None:
+        self._process_obj, self._hidden = process_obj, hidden
+
+    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
+        self._hidden.__exit__(None, None, None)  # the child's warning filters are the parent's again
+        _forking.after_fork_in_child()
+        return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
+
+
+class Popen(popen_fork.Popen):
+    def _launch(self, process_obj: Any) -> None:
+        _forking.before_fork()
+        try:
+            hidden = warnings.catch_warnings()
+            with hidden:
+                warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
+                super()._launch(_ChildEntry(process_obj, hidden))  # type: ignore[misc]  # stdlib private: typeshed omits it. The child never returns from here
+        finally:
+            _forking.after_fork_in_parent()

@@ -1,0 +1,76 @@
+"""Small helpers every layer uses, in one place.
+
+Like ``multiprocessing.util``: nothing here knows about workers, runs or pools.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import signal
+import types
+from typing import Any, Dict, Iterable, Optional, Tuple
+
+__all__ = ["space", "format_bytes", "signal_name", "check_int", "fixup_module_metadata"]
+
+
+def space(directory: str) -> Tuple[int, int]:
+    """(total, free) bytes of the filesystem holding ``directory``."""
+    st = os.statvfs(directory)
+    return st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+
+
+def format_bytes(n: Optional[float]) -> str:
+    """A size in binary units: ``12 B``, ``1.5 KiB``, ``3.1 GiB``, up to TiB; ``-`` for None."""
+    if n is None:
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9, ``SIGRTMIN+1`` for a real-time signal, ``signal N`` for a number no
+    signal has (``-Process.exitcode`` of a process killed by a signal)."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+        return f"SIGRTMIN+{signum - low}" if low <= signum <= high else f"signal {signum}"
+
+
+def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "") -> Optional[int]:
+    """``value`` as an int of at least ``minimum``, else an error that names the argument, the value
+    given and what to write: ``TypeError`` for a wrong type (a bool, a float, a string), ``ValueError``
+    for a wrong value. ``none_means`` (what None stands for) allows None."""
+    what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
+    what, fix = (what + " or None", f"e.g. {example} (None: {none_means})") if none_means else (what, f"e.g. {example}")
+    if value is None and none_means:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {what}, not {value!r}; {fix}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be {what}, not {value!r}; {fix}")
+    return number
+
+
+def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:
+    """Make each class and function among ``names`` that a private submodule of ``module_name``
+    defines report ``module_name`` as its module, under the name it is exported as (as trio's
+    ``fixup_module_metadata`` does): tracebacks and reprs show ``nbmp.WorkerLostError``, and
+    pickle, which finds a class by ``__module__`` and ``__qualname__``, finds it at that path.
+    ``__name__`` is left alone (``nbmp.Process`` still names its processes ``DefaultProcess-N``).
+    Bound methods (the drop-in names that come from the default context) keep theirs, as the
+    standard module's do."""
+    for name in names:
+        obj = namespace[name]
+        if isinstance(obj, (type, types.FunctionType)) and obj.__module__.startswith(module_name + "."):
+            obj.__module__ = module_name
+            obj.__qualname__ = name

@@ -1,0 +1,23 @@
+"""Fork safety: the layer every nbmp fork and every nbmp child goes through.
+
+``registry``: the fork-handler registry, nbmp's ``ForkLock``s, the per-worker seed and
+thread budget, and the three points of a fork (before, after in the parent, the
+child's entry). ``handlers/``: one small handler per framework. ``threads``: which
+threads are alive at a fork. ``on_import``: run a handler when its framework is
+first imported in a child. Above ``_base`` only; the backend's ``popen_fork`` and
+``process`` call into it.
+"""
+
+from . import handlers, registry, threads
+from .handlers import ForkHandler, ForkSafetyWarning, Worker
+from .registry import (ForkHandle, ForkLock, after_fork_in_child, after_fork_in_parent, before_fork, child_started,
+                       hazards, register_fork_handler, seed, set_worker_threads, stamp, start_child, user_handlers,
+                       worker_threads_setting)
+from .threads import ThreadInfo, native_threads, python_threads, user_threads
+
+__all__ = ["handlers", "registry", "threads",
+           "ForkHandler", "ForkSafetyWarning", "Worker",
+           "ForkHandle", "ForkLock", "register_fork_handler", "seed", "set_worker_threads", "worker_threads_setting",
+           "user_handlers", "hazards", "stamp", "before_fork", "after_fork_in_parent", "after_fork_in_child",
+           "child_started", "start_child",
+           "ThreadInfo", "python_threads", "native_threads", "user_threads"]

@@ -1,0 +1,87 @@
+"""BLAS/OpenMP thread pools in workers: at most ``worker.threads`` threads each, so
+that workers x threads does not oversubscribe the cores.
+
+Pools already loaded are limited through threadpoolctl (when installed); pools loaded
+later in the child read the environment variables set here. GNU OpenMP (libgomp, the
+runtime of torch's Linux wheels) cannot start a new team in a forked child once the
+parent has used one -- its first parallel region hangs forever -- so children forked
+from a parent with libgomp loaded get one OpenMP thread whatever the budget.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable, Optional
+
+from ._base import ForkHandler, Worker
+
+_ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
+             "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+_gomp_seen = False
+_gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
+_controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork
+_controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
+
+
+def _threadpool_controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # the nbmp[fork-safety] extra is not installed: env variables only
+        return None
+    return ThreadpoolController()
+
+
+def gnu_openmp_loaded() -> bool:
+    """Whether libgomp is mapped in this process (libraries are never unloaded: cached once seen)."""
+    global _gomp_seen
+    if not _gomp_seen:
+        try:
+            with open("/proc/self/maps") as maps:
+                _gomp_seen = "libgomp" in maps.read()
+        except OSError:
+            pass
+    return _gomp_seen
+
+
+def openmp_threads(worker: Worker) -> int:
+    """The OpenMP thread count that is safe in this child."""
+    return 1 if worker.forked and _gomp_at_fork else worker.threads
+
+
+class ThreadEnvironment(ForkHandler):
+    """Thread-count variables for the pools a worker loads after it starts."""
+
+    def in_child(self, worker: Worker) -> None:
+        for name in _ENV_VARS:
+            os.environ[name] = str(worker.threads)
+
+
+class NativePools(ForkHandler):
+    """BLAS and OpenMP pools already loaded (through numpy, scipy or torch)."""
+
+    modules = ("numpy", "scipy", "torch")
+
+    def __init__(self, threads_setting: Callable[[], Optional[int]]) -> None:
+        self.threads_setting = threads_setting  # the registry's explicit thread budget, or None
+
+    def hazard(self) -> Optional[str]:
+        threads = self.threads_setting()
+        if threads is not None and threads > 1 and gnu_openmp_loaded():
+            return (f"worker threads are set to {threads}, but GNU OpenMP (libgomp) is loaded: a forked "
+                    f"worker hangs in its first parallel region with more than one OpenMP thread, so nbmp "
+                    f"gives forked workers 1 OpenMP thread. Use start_method='spawn' for multi-threaded workers.")
+        return None
+
+    def before(self) -> None:
+        global _gomp_at_fork, _controller, _controller_key
+        _gomp_at_fork = gnu_openmp_loaded()
+        # Scanning the loaded libraries costs milliseconds: done here, and again only after
+        # imports, so a loop of forks scans once; a forked child inherits the result.
+        if _controller_key != len(sys.modules):
+            _controller, _controller_key = _threadpool_controller(), len(sys.modules)
+
+    def in_child(self, worker: Worker) -> None:
+        controller = _controller if worker.forked and _controller is not None else _threadpool_controller()
+        if controller is not None:
+            controller.limit(limits={"blas": worker.threads, "openmp": openmp_threads(worker)})

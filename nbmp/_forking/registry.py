@@ -1,0 +1,376 @@
+"""Fork safety: the fork-handler registry, nbmp's quiescing locks, per-worker seeds
+and thread budgets, and the entry every nbmp child runs.
+
+The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbmp child:
+
+1. parent, just before ``os.fork()``: each hazard not yet reported in this process
+   is shown once as a :class:`ForkSafetyWarning`; then ``before`` of every handler in
+   reverse registration order -- user handlers first, nbmp's own threads last (their
+   :class:`ForkLock` s are acquired: those threads are at a safe point);
+2. parent, after the fork: ``after_in_parent`` in registration order (ForkLocks
+   released first, user handlers last);
+3. every nbmp child, any start method, before its target runs
+   (``_NbmpProcess._bootstrap`` -> :func:`child_started`): ``in_child`` of every
+   built-in handler (fresh ForkLocks, RNGs reseeded, thread pools capped, CUDA reset),
+   then -- only in a child nbmp forked itself -- each user ``after_in_child``.
+
+Only nbmp's own forks run this: nothing is registered with ``os.register_at_fork``,
+so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp.
+
+For nbmp's own background threads (how the integrator wires them): create a
+``ForkLock(name)`` and do each unit of the thread's work that touches shared state
+inside ``with lock:`` -- never a blocking wait (a pipe read, ``queue.get``, a sleep)
+inside it, since the fork waits for the lock. Threads whose code lives in ``nbmp``
+are known to nbmp and never reported as hazards. The child has none of those
+threads: restart one lazily where needed (compare the ``os.getpid()`` it was
+started in).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import os
+import sys
+import threading
+import traceback
+import warnings
+import weakref
+from types import FrameType
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .._base.util import check_int
+from . import on_import as _on_import
+from .handlers import ForkHandler, ForkSafetyWarning, Worker, builtin_handlers
+
+__all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worker_threads",
+           "child_started", "hazards", "ForkSafetyWarning"]
+
+# ---------------------------------------------------------------------------
+# Settings: the base seed and the worker thread budget
+
+_base_seed: Optional[int] = None
+_started = itertools.count()  # index for a process started without a rank, counted from the last seed()
+_worker_threads: Optional[int] = None
+_ENV_THREADS = "NBMP_WORKER_THREADS"
+
+
+def seed(s: Optional[int]) -> None:
+    """Set the base seed: worker ``i``'s ``random``, NumPy and torch generators are seeded
+    from ``(s, i)``, so runs repeat exactly; ``None`` goes back to fresh OS entropy.
+
+    Example::
+
+        >>> nbmp.seed(1234)
+        >>> a = nbmp.spawn(lambda i: random.random(), nprocs=2)
+        >>> nbmp.seed(1234)
+        >>> a == nbmp.spawn(lambda i: random.random(), nprocs=2)
+        True
+    """
+    global _base_seed, _started
+    if s is not None and (not isinstance(s, int) or isinstance(s, bool)):
+        raise TypeError(f"nbmp.seed() takes an int (or None for fresh entropy), not {s!r}; e.g. nbmp.seed(1234)")
+    _base_seed, _started = s, itertools.count()
+
+
+def set_worker_threads(n: Optional[int]) -> None:
+    """Set how many BLAS/OpenMP/torch threads each worker may use; ``None`` (the default)
+    means ``cores // workers`` (at least 1). The environment variable
+    ``NBMP_WORKER_THREADS`` sets it too; this call wins.
+
+    Example::
+
+        >>> nbmp.set_worker_threads(2)   # each worker's pools get 2 threads
+        >>> nbmp.set_worker_threads(None)  # back to cores // workers
+    """
+    global _worker_threads
+    _worker_threads = check_int(n, "n in nbmp.set_worker_threads(n)", "nbmp.set_worker_threads(2)",
+                                none_means="cores // workers")
+
+
+def worker_threads_setting() -> Optional[int]:
+    """The explicit thread budget (set_worker_threads, else NBMP_WORKER_THREADS), or None."""
+    if _worker_threads is not None:
+        return _worker_threads
+    env = os.environ.get(_ENV_THREADS, "").strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return None
+
+
+def stamp(proc: Any) -> None:
+    """Record, at ``start()``, what the child needs: its settings travel in ``vars(proc)``."""
+    index = getattr(proc, "_nbmp_index", None)
+    proc._nbmp_fork = {"base_seed": _base_seed, "threads": worker_threads_setting(),
+                       "index": next(_started) if index is None else index}
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _derive_seed(base: Optional[int], index: int) -> int:
+    if base is None:
+        return int.from_bytes(os.urandom(8), "little")
+    return int.from_bytes(hashlib.sha256(f"nbmp:{base}:{index}".encode()).digest()[:8], "little")
+
+
+# ---------------------------------------------------------------------------
+# Quiescing nbmp's own threads
+
+
+class ForkLock:
+    """A re-entrant lock nbmp holds across each of its forks: a background thread that
+    does its work inside ``with lock:`` is at a safe point whenever nbmp forks. The
+    parent gets it back after the fork; the child gets a fresh, unheld one."""
+
+    HOLD_TIMEOUT = 10.0  # a thread stuck inside its lock longer than this is reported, not waited for
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.RLock()
+        _fork_locks.add(self)
+
+    def __enter__(self) -> "ForkLock":
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def __repr__(self) -> str:
+        return f"<ForkLock {self.name!r}>"
+
+
+class _ForkLocks:
+    """Every live ForkLock, in creation order; which of them the forking thread holds."""
+
+    def __init__(self) -> None:
+        self._locks: "weakref.WeakValueDictionary[int, ForkLock]" = weakref.WeakValueDictionary()
+        self._ids = itertools.count()
+        self._held: List[ForkLock] = []
+
+    def add(self, lock: ForkLock) -> None:
+        self._locks[next(self._ids)] = lock
+
+    def hold(self) -> None:
+        for lock in list(self._locks.values()):
+            if lock._lock.acquire(timeout=lock.HOLD_TIMEOUT):
+                self._held.append(lock)
+            else:
+                warnings.warn(f"nbmp's {lock.name!r} thread did not reach a safe point in "
+                              f"{lock.HOLD_TIMEOUT:g} s; forking without it", ForkSafetyWarning, stacklevel=2)
+
+    def release(self) -> None:
+        while self._held:
+            self._held.pop()._lock.release()
+
+    def reset(self) -> None:
+        for lock in list(self._locks.values()):
+            lock._lock = threading.RLock()
+        self._held = []
+
+
+_fork_locks = _ForkLocks()
+
+# ---------------------------------------------------------------------------
+# The registry
+
+Callback = Optional[Callable[[], object]]
+
+
+class _UserHandler(ForkHandler):
+    def __init__(self, before: Callback, after_in_parent: Callback, after_in_child: Callback) -> None:
+        self.callbacks = (before, after_in_parent, after_in_child)
+
+    def before(self) -> None:
+        self._call(0)
+
+    def after_in_parent(self) -> None:
+        self._call(1)
+
+    def in_child(self, worker: Worker) -> None:
+        if worker.forked:
+            self._call(2)
+
+    def _call(self, point: int) -> None:
+        if self.callbacks[point] is not None:
+            self.callbacks[point]()  # type: ignore[misc]  # not None (checked above; mypy narrows no tuple item at a variable index)
+
+    def __repr__(self) -> str:
+        names = ("before", "after_in_parent", "after_in_child")
+        return "<fork handler " + ", ".join(f"{n}={fn!r}" for n, fn in zip(names, self.callbacks) if fn) + ">"
+
+
+class ForkHandle:
+    """What :func:`register_fork_handler` returns: ``remove()`` unregisters the handler
+    (also usable as a context manager that removes it on exit)."""
+
+    def __init__(self, handler: ForkHandler) -> None:
+        self._handler = handler
+
+    def remove(self) -> None:
+        if self._handler in _user_handlers:
+            _user_handlers.remove(self._handler)
+
+    def __enter__(self) -> "ForkHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting)
+_user_handlers: List[ForkHandler] = []
+
+
+def register_fork_handler(before: Callback = None, after_in_parent: Callback = None,
+                          after_in_child: Callback = None) -> ForkHandle:
+    """Run callables around each fork nbmp makes, like ``os.register_at_fork`` but only
+    for nbmp's workers: ``before`` in the parent just before the fork (in reverse
+    registration order), ``after_in_parent`` after it and ``after_in_child`` in the
+    forked worker before its target runs (both in registration order, after nbmp's own
+    resets). Exceptions are reported and ignored, as ``os.register_at_fork`` does.
+    Returns a handle whose ``remove()`` unregisters them.
+
+    Example::
+
+        >>> handle = nbmp.register_fork_handler(after_in_child=lambda: my_client.reconnect())
+        >>> handle.remove()
+    """
+    callbacks = {"before": before, "after_in_parent": after_in_parent, "after_in_child": after_in_child}
+    for name, fn in callbacks.items():
+        if fn is not None and not callable(fn):
+            raise TypeError(f"register_fork_handler({name}=...) needs a callable taking no arguments, "
+                            f"not {fn!r}")
+    if all(fn is None for fn in callbacks.values()):
+        raise TypeError("register_fork_handler() needs at least one of before=, after_in_parent=, "
+                        "after_in_child=")
+    handler = _UserHandler(before, after_in_parent, after_in_child)
+    _user_handlers.append(handler)
+    return ForkHandle(handler)
+
+
+def user_handlers() -> Tuple[ForkHandler, ...]:
+    """The handlers registered by users now (the test suite checks none is left behind)."""
+    return tuple(_user_handlers)
+
+
+def _applying() -> List[ForkHandler]:
+    return [h for h in _builtins + _user_handlers if h.applies()]
+
+
+def _run(handler: ForkHandler, point: str, *args: Any) -> None:
+    try:
+        getattr(handler, point)(*args)
+    except Exception:  # as os.register_at_fork does: report, never break the fork
+        print(f"Exception ignored in nbmp fork handler {handler!r}.{point}:", file=sys.stderr)
+        traceback.print_exc()
+
+
+# ---------------------------------------------------------------------------
+# The three points of an nbmp fork, and the child entry
+
+_warned: set[str] = set()
+_forked_by_nbmp = False
+
+
+def hazards() -> List[str]:
+    """What makes forking this process hazardous now, one sentence with its fix each."""
+    found = []
+    for handler in _applying():
+        try:
+            message = handler.hazard()
+        except Exception:
+            continue
+        if message:
+            found.append(message)
+    return found
+
+
+def _caller_level() -> int:
+    """The stacklevel of the first frame outside nbmp and multiprocessing: the user's call."""
+    frame: Optional[FrameType]
+    frame, level = sys._getframe(1), 1
+    nbmp_dir = os.path.dirname(os.path.dirname(__file__))
+    inside = (nbmp_dir, os.path.dirname(threading.__file__) + os.sep + "multiprocessing")
+    while frame is not None and frame.f_code.co_filename.startswith(inside):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def before_fork() -> None:
+    """In the parent, just before ``os.fork()``: warn once per hazard; run ``before`` handlers."""
+    new = [message for message in hazards() if message not in _warned]
+    for message in new:
+        _warned.add(message)
+        warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())
+    if new:  # or the child inherits the warning in an unflushed buffer and prints it again
+        for stream in (sys.stderr, sys.stdout):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+    for handler in reversed(_applying()):
+        _run(handler, "before")
+
+
+def after_fork_in_parent() -> None:
+    for handler in _applying():
+        _run(handler, "after_in_parent")
+
+
+def after_fork_in_child() -> None:
+    """In the child, right after nbmp's ``os.fork()``: remember the fork for child_started."""
+    global _forked_by_nbmp
+    _forked_by_nbmp = True
+
+
+def _identity(proc: Any) -> Tuple[int, int]:
+    """(index, nprocs) of a process: set by the run that started it, else its start order."""
+    settings = getattr(proc, "_nbmp_fork", {})
+    index = getattr(proc, "_nbmp_index", settings.get("index"))
+    if index is None:
+        identity = getattr(proc, "_identity", ()) or (1,)
+        index = identity[-1] - 1
+    return index, getattr(proc, "_nbmp_nprocs", 0)
+
+
+def child_started(index: int, nprocs: int, settings: Optional[Dict[str, Any]] = None) -> Worker:
+    """Every nbmp child's first step, any start method: run the built-in handlers (fresh
+    ForkLocks, per-worker seeds, thread caps, CUDA reset), then, in a child nbmp forked,
+    the users' ``after_in_child``. ``nprocs=0`` means the run's size is unknown: one thread."""
+    global _forked_by_nbmp, _base_seed, _started
+    settings = settings or {}
+    base = settings.get("base_seed", _base_seed)
+    explicit = settings.get("threads", worker_threads_setting())
+    threads = explicit or (max(1, _cores() // nprocs) if nprocs > 0 else 1)
+    worker = Worker(index=index, nprocs=nprocs, seed=_derive_seed(base, index), threads=threads,
+                    explicit_threads=explicit is not None, forked=_forked_by_nbmp)
+    _forked_by_nbmp = False
+    # This worker's own children derive their seeds from its seed, and count from 0.
+    _base_seed, _started = (None if base is None else worker.seed), itertools.count()
+    _on_import.forget()
+    for handler in _builtins + _user_handlers:
+        if handler.applies():
+            _run(handler, "in_child", worker)
+        else:  # a framework the worker imports later is reset the moment it appears
+            for name in handler.modules:
+                _on_import.when_imported(name, functools.partial(_run, handler, "in_child", worker))
+    return worker
+
+
+def start_child(proc: Any) -> Optional[Worker]:
+    """``child_started`` for a process object (what ``_NbmpProcess._bootstrap`` calls); never raises."""
+    try:
+        index, nprocs = _identity(proc)
+        return child_started(index, nprocs, getattr(proc, "_nbmp_fork", None))
+    except Exception:  # a worker without fork safety beats a worker that dies silently
+        print("Exception ignored in nbmp's child start:", file=sys.stderr)
+        traceback.print_exc()
+        return None
+

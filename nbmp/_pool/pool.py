@@ -1,0 +1,269 @@
+"""nbmp's Pool: the standard Pool, with cloudpickle, that never hangs on a dead worker.
+
+What differs from ``multiprocessing.pool.Pool`` (the stdlib's threads and
+result objects are kept; only these pieces are overridden):
+
+* **Pickling.** Built on its context's ``SimpleQueue``, which for an nbmp
+  context pickles with cloudpickle: tasks, results and the initializer may be
+  lambdas or cell-defined functions under every start method.
+* ``Process`` (the stdlib's worker factory, here ``Watch.make_worker``) starts nbmp's worker loop
+  (``worker``) with a shared-memory *slot* saying which task the worker
+  holds, and registers the worker with the Pool's :class:`~nbmp._pool.watch.Watch`.
+  A worker that dies holding a task makes that task's call raise
+  :class:`~nbmp.WorkerLostError` at once (see ``watch`` and docs/pool.md).
+* ``map``/``starmap`` take ``progress=`` (see ``progress``) and, like
+  ``apply``, answer a KeyboardInterrupt by terminating the Pool: the running
+  tasks stop, no worker is left behind, and the interrupt propagates.
+* A map's function is pickled once per map, not once per chunk (``Prepickled``).
+* Input is checked before anything is queued (``func`` callable, ``chunksize``
+  a positive int, ``processes`` a positive int).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from multiprocessing.connection import wait
+from multiprocessing import pool as _stdpool
+from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, TypeVar
+
+from . import progress as _progress
+from .._backend import default_context, register_factory
+from .._base import RunFinished, RunStarted, TaskProgress, new_run_id
+from .._base.util import check_int
+from .watch import Watch
+from .worker import Prepickled
+
+if TYPE_CHECKING:
+    from multiprocessing.context import BaseContext
+
+__all__ = ["Pool", "parallel_map"]
+
+_T = TypeVar("_T")
+
+_mapstar, _starmapstar = _stdpool.mapstar, _stdpool.starmapstar  # type: ignore[attr-defined]  # typeshed omits these runtime names
+
+
+class Pool(_stdpool.Pool):
+    """``multiprocessing.Pool`` with cloudpickle, crash detection and progress.
+
+    A worker killed mid-task (SIGKILL, segfault, ``os._exit``, the OOM killer)
+    makes the waiting call raise :class:`nbmp.WorkerLostError`; the Pool replaces
+    the worker and stays usable. ``map`` and ``starmap`` accept ``progress=``.
+
+    Example::
+
+        >>> with nbmp.Pool(2) as p:
+        ...     p.map(lambda x: x * x, range(4))
+        [0, 1, 4, 9]
+    """
+
+    # Attributes the stdlib's Pool sets and this class uses; typeshed declares none of them.
+    _ctx: BaseContext
+    _processes: int
+    _cache: Any  # the stdlib's private _PoolCache (a dict of results with a notifier)
+    _inqueue: Any  # the stdlib's SimpleQueues, whose private _reader this class reads
+    _outqueue: Any
+    _quick_put: Optional[Callable[[Any], None]]
+    _quick_get: Optional[Callable[[], Any]]
+
+    def __init__(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
+                 initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
+                 context: Any = None) -> None:
+        self._state = _stdpool.INIT  # what the stdlib's __del__ reads if a check below raises
+        _check_processes(processes, "processes")
+        if initializer is not None and not callable(initializer):
+            raise TypeError(f"initializer must be a callable or None, not {initializer!r}")
+        if context is None:
+            context = default_context.get_context()
+        self._watch = Watch(processes or os.cpu_count() or 1)
+        super().__init__(processes, initializer, initargs, maxtasksperchild, context)
+        self._watch.start(self)
+
+    # -- workers ---------------------------------------------------------------------
+
+    @property
+    def Process(self) -> Callable[..., Any]:  # type: ignore[override]  # the stdlib's is a staticmethod; callers see the same factory
+        """The worker factory the stdlib calls: the Watch's, which holds no reference to the Pool
+        (the stdlib's worker thread keeps it, and a Pool nobody holds must still be collected)."""
+        return self._watch.make_worker
+
+    def _setup_queues(self) -> None:
+        super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
+        self._quick_get = self._watch.reader(self._outqueue._reader.recv)
+
+    @classmethod
+    def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:
+        # The stdlib blocks on the task queue's lock here; a worker that died holding
+        # it would make terminate() hang, so wait a bounded time and drain regardless.
+        inqueue._rlock.acquire(timeout=0.1 if getattr(inqueue, "_nbmp_broken", False) else 5.0)
+        while task_handler.is_alive() and inqueue._reader.poll():
+            inqueue._reader.recv()
+            time.sleep(0)
+
+    def terminate(self) -> None:
+        """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
+        super().terminate()
+        self._drop_queues()
+
+    def join(self) -> None:
+        """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`)."""
+        super().join()
+        self._drop_queues()
+
+    def _drop_queues(self) -> None:
+        # A finished Pool no longer needs its queues, and under spawn/forkserver their
+        # named semaphores stay in /dev/shm while anything (a result, a traceback's frame
+        # in a notebook) keeps the Pool alive: let them go now.
+        self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
+        self._cache.notifier = self._change_notifier = None
+        self._watch.inqueue = self._watch.outqueue = None
+
+    def _check_running(self) -> None:
+        if self._watch.broken and self._state != _stdpool.RUN:
+            raise ValueError(f"Pool not running: it was closed because {self._watch.broken}. "
+                             f"Create a new Pool.") from self._watch.broken_error
+        super()._check_running()  # type: ignore[misc]  # stdlib private: typeshed omits it
+
+    # -- submitting work ---------------------------------------------------------------
+
+    def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any], mapper: Callable[..., Any],
+                   chunksize: Optional[int] = None, callback: Optional[Callable[..., Any]] = None,
+                   error_callback: Optional[Callable[..., Any]] = None) -> _stdpool.MapResult[Any]:
+        _check_func(func)
+        _check_processes(chunksize, "chunksize")
+        if not hasattr(iterable, "__len__"):
+            iterable = list(iterable)
+        result: _stdpool.MapResult[Any] = super()._map_async(  # type: ignore[misc]  # stdlib private
+            Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
+        result._nbmp_length = len(iterable)  # type: ignore[attr-defined, arg-type]  # nbmp's own attribute; Sized: has __len__, or made a list above
+        self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func)  # type: ignore[attr-defined]  # stdlib private
+        return result
+
+    def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {},
+                    callback: Optional[Callable[..., Any]] = None,
+                    error_callback: Optional[Callable[..., Any]] = None) -> Any:
+        """Like the stdlib's; a dead worker makes ``get()`` raise :class:`nbmp.WorkerLostError`."""
+        _check_func(func)
+        result = super().apply_async(func, args, kwds, callback, error_callback)
+        self._watch.name(result._job, "apply_async", func)  # type: ignore[attr-defined]  # stdlib private
+        return result
+
+    def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
+        """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
+        _check_func(func)
+        _check_processes(chunksize, "chunksize")
+        return super().imap(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
+
+    def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
+        """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
+        _check_func(func)
+        _check_processes(chunksize, "chunksize")
+        return super().imap_unordered(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
+
+    # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
+
+    def map(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = None,
+            progress: Any = None) -> List[Any]:
+        """Apply ``func`` to each item; ``progress``: True, False, None (auto) or a sink."""
+        sink = _progress.resolve(progress)
+        return self._wait(self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
+
+    def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
+                chunksize: Optional[int] = None, progress: Any = None) -> List[Any]:
+        """``func(*args)`` for each ``args`` in ``iterable``; ``progress`` as in :meth:`map`."""
+        sink = _progress.resolve(progress)
+        return self._wait(self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
+
+    def apply(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {}) -> Any:
+        """``func(*args, **kwds)`` in a worker; an interrupt terminates the Pool."""
+        return self._wait(self.apply_async(func, args, kwds), None, "apply", func)
+
+    def _wait(self, result: _stdpool.ApplyResult[_T], sink: Any, what: str, func: Any) -> _T:
+        try:
+            if sink is not None:
+                _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
+                                 self._ctx.get_start_method(), self._processes)
+            return result.get()
+        except KeyboardInterrupt:
+            self.terminate()  # stops the running tasks; workers ignore SIGINT themselves
+            raise
+
+    @classmethod
+    def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, *args: Any) -> None:
+        # terminate() kills workers mid-way; one killed while writing a result holds the
+        # result queue's lock, which the stdlib's task thread then waits on forever.
+        threading.Thread(target=_free_result_lock, args=(outqueue, list(pool)), daemon=True).start()
+        super()._terminate_pool(taskqueue, inqueue, outqueue, pool, *args)  # type: ignore[misc]  # stdlib private
+
+
+def _free_result_lock(outqueue: Any, workers: List[Any]) -> None:
+    """Once every worker is dead, a held result-queue lock is a dead worker's: free it."""
+    wait([w.sentinel for w in workers if w._popen is not None], timeout=30)
+    lock = outqueue._wlock
+    if lock is not None and not lock.acquire(timeout=1.0):
+        lock.release()  # a Lock has no owner; its holder is dead
+    elif lock is not None:
+        lock.release()
+
+
+def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int) -> None:
+    """Emit the map's events to ``sink`` from this (the caller's) thread until it is done."""
+    run_id, total = new_run_id(), result._nbmp_length
+    chunks = result._number_left
+    sink.handle(RunStarted(run_id, target, start_method, nprocs))
+    shown = -1
+    while True:
+        ready = result.ready()
+        done = total if ready and result.successful() else min(
+            (chunks - result._number_left) * max(result._chunksize, 1), total)
+        if done != shown:
+            sink.handle(TaskProgress(run_id, None, done, total))
+            shown = done
+        if ready:
+            break
+        result.wait(0.1)
+    sink.handle(RunFinished(run_id, result.successful()))
+
+
+def _check_func(func: Any) -> None:
+    if not callable(func):
+        raise TypeError(f"func must be callable, not {func!r}: pass the function itself, e.g. pool.map(f, items)")
+
+
+_DEFAULTS = {"processes": ("nbmp.Pool(4)", "one per core"), "workers": ("workers=4", "up to one per core"),
+             "chunksize": ("chunksize=16", "chosen from the length")}
+
+
+def _check_processes(value: Any, name: str) -> None:
+    example, none_means = _DEFAULTS[name]
+    check_int(value, name, example, none_means=none_means)
+
+
+def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Optional[int] = None,
+                 progress: Any = None, chunksize: Optional[int] = None,
+                 start_method: Optional[str] = None) -> List[Any]:
+    """``[fn(x) for x in iterable]``, computed by a fresh :class:`nbmp.Pool` of ``workers``.
+
+    ``workers`` defaults to the number of CPUs (at most one per item);
+    ``progress`` is True, False, None (a bar for maps still running after two
+    seconds) or an event sink; ``start_method`` None means nbmp's default (fork).
+    The Pool is terminated before returning, whatever happens.
+
+    Example::
+
+        >>> nbmp.parallel_map(lambda x: x * x, range(5), workers=2)
+        [0, 1, 4, 9, 16]
+    """
+    _check_func(fn)
+    _check_processes(workers, "workers")
+    _check_processes(chunksize, "chunksize")
+    ctx = default_context.get_context(start_method)
+    items = iterable if hasattr(iterable, "__len__") else list(iterable)
+    nprocs = workers or max(1, min(ctx.cpu_count(), len(items)))  # type: ignore[arg-type]  # Sized: has __len__, or a list
+    with Pool(nprocs, context=ctx) as pool:
+        return pool.map(fn, items, chunksize, progress=progress)
+
+
+register_factory("Pool", Pool)  # what ctx.Pool() builds

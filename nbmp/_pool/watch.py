@@ -1,0 +1,300 @@
+"""How a Pool notices dead workers and fails the calls that waited on them.
+
+The stdlib's worker-handler thread reaps a dead worker and starts a new one,
+but the task the dead worker held is forgotten and its caller waits forever
+(python/cpython#96062). nbmp keeps the stdlib's threads and adds:
+
+* a **watcher thread** per Pool that waits on the workers' sentinels, samples
+  their memory (for the error message) and, when one dies, reads its slot
+  (see ``worker``) to learn what it held;
+* a **notice** it writes on the Pool's own result queue, *after* the death was
+  observed, so every result the dead worker sent before dying is read first;
+* a **reader** wrapped around the result queue that hands notices to
+  :meth:`Watch.handle` (in the stdlib's result thread, the only thread that
+  completes results, so no result is completed twice) and passes every other
+  message through unchanged -- one type check per message.
+
+What a death costs the Pool: in the common case (the worker died running a
+task) only that task's call fails and the worker is replaced, so the Pool stays
+usable. If the worker may have died holding one of the Pool's queue locks, or
+the initializer failed, every pending call fails and the Pool is closed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import traceback
+import weakref
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
+from typing import Any, Callable, Dict, List, Optional
+
+from .._backend import pickling as _pickling
+from .errors import Death, WorkerLostError
+from .worker import Slot, worker
+from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
+
+__all__ = ["Watch"]
+
+TICK = 0.25  # seconds between memory samples; deaths are seen at once (sentinels)
+
+_KEEP_STAYS = "The Pool replaced the worker and stays usable."
+_CLOSED = "Every pending call failed and the Pool was closed: create a new Pool."
+
+
+@dataclass
+class _Worker:
+    proc: Any  # Any: the stdlib Pool's process object, whose private _popen is read here
+    slot: Any
+    index: int
+    rss: Optional[int] = None
+    _ps: Any = field(default=None, repr=False)  # Any: a psutil.Process (psutil is optional and untyped)
+
+    def sentinel(self) -> Optional[int]:
+        try:
+            return self.proc.sentinel  # type: ignore[no-any-return]  # proc: Any (see _Worker)
+        except ValueError:  # not started yet
+            return None
+
+    def sample_rss(self) -> None:
+        pid = self.proc.pid
+        if pid is not None:
+            self.rss = _rss(self, pid) or self.rss
+
+
+def _rss(worker: _Worker, pid: int) -> Optional[int]:
+    try:
+        if "psutil" in sys.modules or _have_psutil():
+            import psutil
+            worker._ps = worker._ps or psutil.Process(pid)
+            return int(worker._ps.memory_info().rss)
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except Exception:  # the worker is gone, or no way to ask on this platform
+        return None
+
+
+def _have_psutil() -> bool:
+    try:
+        import psutil  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+class Watch:
+    """Per-Pool state shared by its worker factory, its watcher thread and its result reader."""
+
+    def __init__(self, nprocs: int) -> None:
+        self.nprocs = nprocs
+        self.lock = threading.Lock()
+        self.workers: List[_Worker] = []
+        self.names: Dict[int, str] = {}  # job id -> "map(square)", for messages
+        self.broken: Optional[str] = None
+        self.broken_error: Optional[BaseException] = None
+        self.start_deaths = 0
+        self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
+        self.outqueue: Any = None
+        self.inqueue: Any = None
+        self._pool: Callable[[], Any] = lambda: None
+
+    # -- the worker factory's side ------------------------------------------------
+
+    def make_worker(self, ctx: Any, *args: Any, **kwds: Any) -> Any:
+        """Make a worker process running nbmp's worker loop with a fresh slot, registered here.
+
+        Called by the stdlib as ``Process(ctx, target=worker, args=(...))``; a dead
+        worker's index is given to its replacement.
+        """
+        slot = Slot()
+        slot.view[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
+        kwds["target"] = worker
+        kwds["args"] = (*kwds.get("args", ()), slot)
+        proc = ctx.Process(*args, **kwds)
+        with self.lock:
+            used = {w.index for w in self.workers if _returncode(w.proc) is None}
+            proc._nbmp_index = next(i for i in range(len(self.workers) + 1) if i not in used)
+            proc._nbmp_nprocs = self.nprocs
+            self.workers.append(_Worker(proc, slot, proc._nbmp_index))
+        return proc
+
+    def name(self, job: int, what: str, func: Any) -> None:
+        """Remember which call a job is, for error messages."""
+        if len(self.names) > 4096:
+            for old in list(self.names)[:2048]:
+                self.names.pop(old, None)
+        self.names[job] = f"{what}({getattr(func, '__qualname__', None) or type(func).__name__})"
+
+    def start(self, pool: Any) -> None:
+        self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
+        self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
+        threading.Thread(target=self._run, name="nbmp-pool-watcher", daemon=True).start()
+
+    def _live_pool(self) -> Any:
+        pool = self._pool()
+        return None if pool is None or pool._state == TERMINATE else pool
+
+    # -- the watcher thread --------------------------------------------------------
+
+    def _watching(self) -> bool:
+        pool = self._live_pool()  # after close(): until the last worker and call are gone
+        return pool is not None and (pool._state == RUN or bool(self.workers) or bool(self.cache))
+
+    def _run(self) -> None:
+        unreaped = 0
+        while self._watching():
+            with self.lock:
+                workers = list(self.workers)
+            for w in workers:
+                w.sample_rss()
+            sentinels = [s for s in (w.sentinel() for w in workers) if s is not None]
+            ready = wait(sentinels, timeout=TICK)
+            # The stdlib's worker thread reaps the dead; reading the exit code it stored
+            # (not polling ourselves) matters under forkserver, where two pollers race
+            # for the one status message and the loser reads 255.
+            unreaped = unreaped + 1 if ready else 0
+            reaped = False
+            for w in workers:
+                code = w.proc.exitcode if unreaped > 50 else _returncode(w.proc)
+                if code is None:
+                    continue
+                with self.lock:
+                    self.workers.remove(w)
+                self._report(w, code)
+                reaped = True
+            if ready and not reaped:
+                threading.Event().wait(0.01)
+
+    def _report(self, w: _Worker, code: int) -> None:
+        phase = w.slot.view[PHASE]
+        if phase == IDLE or self._live_pool() is None:
+            return  # nothing was lost, or the Pool is being terminated on purpose
+        if phase == WAITING:  # a Lock has no owner: any process may release it
+            return _release(self.inqueue._rlock)
+        if phase in (SENDING, SENT):
+            _release(self.outqueue._wlock)
+            if phase == SENT:
+                return
+        if phase == INIT and code < 0:
+            # Killed while starting: no task was held. Only a repeated start-up death
+            # (a crashing initializer) makes the Pool unusable.
+            self.start_deaths += 1
+            if self.start_deaths < 3:
+                return
+        kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
+        death = Death(w.index, w.proc.pid, code, w.rss)
+        self._post(Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (death, phase)))
+
+    def _post(self, notice: Notice) -> None:
+        """Put ``notice`` behind everything the dead worker sent (same queue, same order)."""
+        data = _pickling.dumps(notice)
+        wlock = self.outqueue._wlock
+        if wlock is None or wlock.acquire(timeout=2.0):
+            try:
+                self.outqueue._writer.send_bytes(data)
+            finally:
+                if wlock is not None:
+                    wlock.release()
+        else:  # the dead worker holds the lock mid-write: the result thread is stuck, act here
+            self.handle(notice)
+
+    # -- the result thread's side ---------------------------------------------------
+
+    def reader(self, recv: Callable[[], Any]) -> Callable[[], Any]:
+        """Wrap the result queue's ``recv``: notices are handled here, results pass through."""
+        def get() -> Any:
+            while True:
+                try:
+                    message = recv()
+                except (OSError, EOFError):
+                    raise
+                except Exception as exc:  # a cut message: the stream cannot be trusted any more
+                    self.handle(Notice("unreadable", payload=exc))
+                    return None  # the stdlib's sentinel: the result thread stops
+                if message.__class__ is not Notice:
+                    return message
+                try:
+                    self.handle(message)
+                except Exception:  # never let a report kill the Pool's result thread
+                    traceback.print_exc()
+        return get
+
+    def handle(self, notice: Notice) -> None:
+        """Fail the call(s) a notice concerns."""
+        if notice.kind == "lost":
+            death, phase = notice.payload
+            result = self.cache.get(notice.job)
+            if result is not None:
+                verb = "while sending the result of" if phase == SENDING else "while running"
+                doing = f"{verb} {self._describe(result, notice.job, notice.index)}"
+                _fail(result, notice.index, death.error(doing, _KEEP_STAYS))
+        elif notice.kind == "lost-unknown":
+            death, _ = notice.payload
+            self._fail_all(death.error("while reading its next task (which call it was for is unknown)",
+                                       "Every pending call failed; the Pool stays usable."))
+        elif notice.kind == "bad-task":
+            self._fail_all(notice.payload)
+        elif notice.kind == "unreadable":
+            self._break(notice)
+        else:  # "broken" (a queue lock may be held by the dead) or "init-failed"
+            self._break(notice)
+
+    def _break(self, notice: Notice) -> None:
+        if notice.kind == "init-failed":
+            error: BaseException = notice.payload
+            self.broken = f"its initializer raised {type(error).__name__}: {error}"
+        elif notice.kind == "unreadable":
+            self.broken = f"a result could not be read ({notice.payload!r}), after a worker died mid-write"
+            error = WorkerLostError(f"the Pool's result stream broke: {self.broken}. {_CLOSED}")
+        else:
+            death, phase = notice.payload
+            doing = ("while starting (loading its target under spawn, or running the initializer)"
+                     if phase == INIT else
+                     "while reading a task (the task stream may be cut mid-message)")
+            error = death.error(doing, _CLOSED)
+            self.broken = f"a worker died {doing}"
+        self.inqueue._nbmp_broken = True
+        self.broken_error = error
+        self._fail_all(error)
+        pool = self._live_pool()
+        if pool is not None:
+            pool.close()
+
+    def _fail_all(self, error: BaseException) -> None:
+        for job, result in list(self.cache.items()):
+            _fail(result, getattr(result, "_index", 0), error)
+
+    def _describe(self, result: Any, job: int, i: int) -> str:
+        what = self.names.get(job) or _KINDS.get(type(result), "an apply_async call")
+        if isinstance(result, MapResult) and result._chunksize > 1:  # type: ignore[attr-defined]  # stdlib private
+            first = i * result._chunksize  # type: ignore[attr-defined]  # stdlib private
+            last = min(first + result._chunksize, getattr(result, "_nbmp_length", first + 1)) - 1  # type: ignore[attr-defined]  # stdlib private
+            return f"task {i} of {what} (items {first} to {last})"
+        return f"item {i} of {what}" if isinstance(result, (MapResult, IMapIterator)) else what
+
+
+_KINDS = {MapResult: "a map", IMapIterator: "an imap", IMapUnorderedIterator: "an imap_unordered"}
+
+
+def _returncode(proc: Any) -> Optional[int]:
+    """The exit code already collected for ``proc``, without waiting or polling."""
+    popen = proc._popen
+    return None if popen is None else popen.returncode
+
+
+def _release(lock: Any) -> None:
+    try:
+        lock.release()
+    except ValueError:  # already released
+        pass
+
+
+def _fail(result: Any, i: int, error: BaseException) -> None:
+    """Complete ``result``'s task ``i`` with ``error``; a map fails now, not after its other tasks."""
+    if isinstance(result, MapResult) and result._number_left > 1:  # type: ignore[attr-defined]  # stdlib private
+        result._number_left = 1  # type: ignore[attr-defined]  # stdlib private
+    result._set(i, (False, error))
+

@@ -1,0 +1,238 @@
+"""The loop a Pool worker runs: the stdlib's ``multiprocessing.pool.worker`` plus a slot.
+
+What differs from the stdlib's ``worker``:
+
+* Before each step the worker writes *what it is doing* into its **slot**, three
+  integers in shared memory that the parent reads once the worker is dead:
+  the job and task index it holds, and a phase (receiving a task, running it,
+  sending its result...). That is how the parent knows which task a dead worker
+  took with it, at the cost of three stores per task (no extra message).
+* SIGINT is ignored: the notebook's interrupt button signals the whole process
+  group, and the parent answers it by terminating the Pool -- workers neither
+  print a KeyboardInterrupt traceback each nor die holding a queue lock.
+* Exceptions cross with the worker's frames (see ``errors``); a task that
+  cannot be unpickled or an initializer that raises is reported to the parent
+  instead of killing the worker silently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import select
+import signal
+import tempfile
+import weakref
+from multiprocessing import reduction
+from multiprocessing import current_process
+from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]  # typeshed omits these runtime names
+from typing import Any, Callable, Optional, Sequence
+
+from .._backend import pickling as _pickling
+from .errors import wrap_task_exception
+
+__all__ = ["worker", "Slot", "Notice", "Prepickled", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
+           "SENT", "JOB", "INDEX", "PHASE"]
+
+# Slot layout: the job and task index the worker holds, and its phase.
+JOB, INDEX, PHASE = 0, 1, 2
+# Phases, and what a death in each means to the parent:
+#   IDLE       nothing held.
+#   INIT       the initializer failed: the Pool is unusable.
+#   WAITING    holds the task queue's lock, nothing read yet: the parent frees the lock.
+#   RECEIVING  was reading a task: the task stream may be cut mid-message, the Pool is unusable.
+#   DECODING   held a task, which one is unknown: every pending call fails.
+#   RUNNING    held task (job, index): that call fails.
+#   SENDING    holds the result queue's lock, writing (job, index)'s result: the parent frees
+#              the lock and fails that call if the result never arrived.
+#   SENT       holds the result queue's lock, result written: the parent frees the lock.
+IDLE, INIT, WAITING, RECEIVING, DECODING, RUNNING, SENDING, SENT = range(8)
+
+
+class Slot:
+    """Three int64s (job, index, phase) in memory shared between the parent and one worker.
+
+    A forked worker inherits the mapping; a spawned one gets the memory's file
+    descriptor when it starts. (Not ``RawArray``: that registers a reducer for
+    each ctypes type with the standard ``ForkingPickler``, and nbmp leaves the
+    standard module's tables alone.)
+    """
+
+    def __init__(self, fd: int = -1) -> None:
+        if fd < 0:
+            fd = _anonymous_file()
+            os.ftruncate(fd, _SLOT_BYTES)
+        self.fd = fd
+        self._map = mmap.mmap(fd, _SLOT_BYTES)
+        self.view = memoryview(self._map).cast("q")
+        weakref.finalize(self, _close_slot, self.view, self._map, fd)
+
+    def __reduce__(self) -> Any:
+        return _rebuild_slot, (reduction.DupFd(self.fd),)  # only while starting a child
+
+
+_SLOT_BYTES = 3 * 8
+
+
+def _anonymous_file() -> int:
+    if hasattr(os, "memfd_create"):
+        return os.memfd_create("nbmp-pool-slot", os.MFD_CLOEXEC)
+    fd, path = tempfile.mkstemp(prefix="nbmp-pool-slot-")
+    os.unlink(path)
+    return fd
+
+
+def _rebuild_slot(dupfd: Any) -> Slot:
+    return Slot(dupfd.detach())
+
+
+def _close_slot(view: memoryview, map_: mmap.mmap, fd: int) -> None:
+    view.release()
+    map_.close()
+    os.close(fd)
+
+
+class Notice:
+    """A message on the result queue that is not a task's result (handled by the parent's reader)."""
+
+    __slots__ = ("kind", "job", "index", "payload")
+
+    def __init__(self, kind: str, job: int = -1, index: int = 0, payload: Any = None) -> None:
+        self.kind, self.job, self.index, self.payload = kind, job, index, payload
+
+    def __reduce__(self) -> Any:
+        return Notice, (self.kind, self.job, self.index, self.payload)
+
+
+class Prepickled:
+    """A map's function, pickled once for all its tasks and rebuilt once per worker.
+
+    cloudpickle sends a notebook function by value, which costs tens of
+    microseconds per task; a map of many chunks would pay it per chunk, on both
+    sides. The bytes are made at the first task and reused; workers keep the few
+    latest functions by their bytes (identical bytes, identical function).
+    A function that carries shared arrays or tensors is pickled per task instead:
+    each handle in it can be loaded by one process only.
+    """
+
+    __slots__ = ("func", "data")
+
+    def __init__(self, func: Callable[..., Any]) -> None:
+        self.func, self.data = func, b""
+
+    def __reduce__(self) -> Any:
+        if self.data:
+            return _load_function, (self.data,)
+        data, reusable = _pickling.dumps_reusable(self.func, {"the function": self.func},
+                                                  "send it to the Pool's workers")
+        if not reusable:
+            return _pickling.loads, (data,)  # bytes never seen twice: nothing to keep in the workers
+        self.data = data
+        return _load_function, (data,)
+
+
+_functions: "dict[bytes, Any]" = {}
+
+
+def _load_function(data: bytes) -> Any:
+    func = _functions.get(data)
+    if func is None:
+        if len(_functions) >= 16:
+            _functions.pop(next(iter(_functions)))
+        func = _functions[data] = _pickling.loads(data)
+    return func
+
+
+def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
+           initargs: Sequence[Any] = (), maxtasks: Optional[int] = None, wrap_exception: bool = False,
+           slot: Any = None) -> None:
+    """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    slot = slot.view  # the stores below are the per-task cost of crash tracking  # a kernel's handler must not survive the fork
+    inqueue._writer.close()
+    outqueue._reader.close()
+    me = current_process()
+    index, pid = getattr(me, "_nbmp_index", None), os.getpid()
+    send = _sender(outqueue, slot)
+    slot[PHASE] = INIT
+    if initializer is not None:
+        try:
+            initializer(*initargs)
+        except Exception as exc:
+            send(Notice("init-failed", payload=wrap_task_exception(exc, index, pid)), ())
+            os._exit(1)  # the Pool is unusable: every replacement would fail the same way
+    slot[PHASE] = IDLE
+    receive = _receiver(inqueue, slot)
+    completed = 0
+    while maxtasks is None or completed < maxtasks:
+        task = receive(send, index, pid)
+        if task is None:
+            break
+        job, i, func, args, kwds = task
+        slot[JOB], slot[INDEX], slot[PHASE] = job, i, RUNNING
+        try:
+            result = (True, func(*args, **kwds))
+        except Exception as exc:
+            if wrap_exception and func is not _helper_reraises_exception:
+                exc = wrap_task_exception(exc, index, pid)  # type: ignore[assignment]  # the wrapper travels in exc's place
+            result = (False, exc)
+        send((job, i, result), result)
+        task = func = args = kwds = result = None  # type: ignore[assignment]  # drop the task's objects while waiting for the next
+        completed += 1
+    slot[PHASE] = IDLE
+
+
+def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
+    rlock, recv_bytes, loads = inqueue._rlock, inqueue._reader.recv_bytes, _pickling.loads
+    # Waiting for data apart from reading it tells the parent whether a dead worker
+    # left the task stream intact (see WAITING); select.poll is the cheap way to wait.
+    poller = select.poll()
+    poller.register(inqueue._reader.fileno(), select.POLLIN)
+
+    def receive(send: Callable[..., None], index: Optional[int], pid: int) -> Any:
+        """The next task, or None at the sentinel or EOF. Unreadable tasks are reported and skipped."""
+        while True:
+            with rlock:
+                slot[PHASE] = WAITING
+                try:
+                    poller.poll()
+                    slot[PHASE] = RECEIVING
+                    data = recv_bytes()
+                except (EOFError, OSError):
+                    slot[PHASE] = IDLE
+                    return None
+            slot[PHASE] = DECODING
+            try:
+                task = loads(data)
+            except Exception as exc:  # e.g. a module the task needs is not importable here
+                send(Notice("bad-task", payload=wrap_task_exception(exc, index, pid)), ())
+                slot[PHASE] = IDLE
+                continue
+            if task is None:
+                slot[PHASE] = IDLE
+            return task
+    return receive
+
+
+def _sender(outqueue: Any, slot: Any) -> Callable[[Any, Any], None]:
+    wlock = outqueue._wlock or contextlib.nullcontext()
+    send_bytes, dumps = outqueue._writer.send_bytes, _pickling.dumps
+
+    def send(message: Any, result: Any) -> None:
+        try:
+            data = dumps(message)
+        except Exception as exc:  # the slow path names the culprit
+            try:
+                _pickling.dumps_explained(result[1], {"the task's result": result[1]}, "send it to the parent")
+            except Exception as explained:
+                exc = explained
+            job, i = message[:2]
+            data = dumps((job, i, (False, MaybeEncodingError(exc, result[1]))))
+        with wlock:
+            slot[PHASE] = SENDING
+            send_bytes(data)
+            slot[PHASE] = SENT
+        slot[PHASE] = IDLE
+    return send

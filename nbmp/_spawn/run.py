@@ -1,0 +1,302 @@
+"""``nbmp.spawn`` and ``nbmp.start_processes``: torch.multiprocessing's spawn API on
+nbmp's contexts, returning the workers' values and relaying their output whole-line.
+
+What differs from ``torch.multiprocessing.spawn``:
+
+* any start method, nbmp's default (fork) when ``start_method`` is None, and ``fn``
+  may be a lambda, closure or cell-defined function (nbmp's processes pickle with
+  cloudpickle);
+* ``join=True`` returns the list of return values ordered by index;
+* workers' stdout/stderr reach the parent whole-line, prefixed ``[i]``;
+* a failure stops the other workers at once (SIGTERM, then SIGKILL after
+  ``grace_period``), even with ``join=False`` and nobody joining;
+* SIGINT is ignored in workers: the parent stops them on KeyboardInterrupt;
+* bad arguments are rejected before any process starts.
+"""
+
+from __future__ import annotations
+
+import os
+from multiprocessing import connection
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .._backend import pickling as _pickling, posix as _posix
+from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
+from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message
+from .output import StreamPrinter
+from .args import check_arguments
+from .supervisor import Supervisor, Worker
+from .worker import Job, run
+from ..widgets import make_dashboard
+
+__all__ = ["spawn", "start_processes", "ProcessContext", "run_sink_factories"]
+
+DEFAULT_GRACE_PERIOD = 3.0
+# On KeyboardInterrupt workers get at most this long between SIGTERM and SIGKILL.
+INTERRUPT_GRACE_PERIOD = 1.0
+
+run_sink_factories: List[Callable[[RunStarted], Optional[EventSink]]] = []
+"""Called at the start of every run; a returned sink gets the run's events (the hook
+by which a notebook extension shows a dashboard for every ``spawn``)."""
+
+
+class ProcessContext:
+    """The workers of a ``spawn(..., join=False)`` run.
+
+    Example::
+
+        >>> ctx = nbmp.spawn(lambda i: i * 10, nprocs=2, join=False)
+        >>> while not ctx.join(timeout=1.0):
+        ...     pass
+        >>> ctx.results
+        [0, 10]
+    """
+
+    def __init__(self, processes: List[Any], supervisor: Supervisor) -> None:
+        self.processes = processes
+        self._supervisor = supervisor
+
+    def pids(self) -> List[int]:
+        """The workers' process ids, by index."""
+        return [int(process.pid) for process in self.processes]
+
+    @property
+    def results(self) -> Optional[List[Any]]:
+        """The return values by index once ``join`` has returned True, else None."""
+        sup = self._supervisor
+        if not sup.done.is_set() or sup.failure is not None or sup.interrupted or sup.crash is not None:
+            return None
+        return [w.outcome[1] if w.outcome is not None else None for w in sup.workers]
+
+    def join(self, timeout: Optional[float] = None, grace_period: Optional[float] = None) -> bool:
+        """Wait up to ``timeout`` seconds; True once every worker exited successfully.
+
+        If a worker failed, the others are stopped (SIGTERM, then SIGKILL after
+        ``grace_period`` seconds) and :class:`ProcessRaisedException` or
+        :class:`ProcessExitedException` is raised, on this and every later call.
+        A KeyboardInterrupt stops every worker and is re-raised.
+        """
+        sup = self._supervisor
+        if grace_period is not None:
+            sup.grace_period = grace_period
+        try:
+            if not _wait(sup, timeout) and sup.failure is None:
+                return False
+            _wait(sup, None)  # a failure is being cleaned up: that is short
+        except KeyboardInterrupt:
+            self._stop_after_interrupt()
+            raise
+        if sup.crash is not None:
+            raise RuntimeError("nbmp.spawn: the run's supervising thread failed") from sup.crash
+        if sup.failure is not None:
+            raise _error_for(sup.failure)
+        return True
+
+    def _stop_after_interrupt(self) -> None:
+        sup = self._supervisor
+        sup.interrupted = True
+        grace = min(sup.grace_period, INTERRUPT_GRACE_PERIOD)
+        while True:
+            try:
+                sup.stop(grace)
+                _wait(sup, None)
+                return
+            except KeyboardInterrupt:  # pressed again: no more grace
+                grace = 0.0
+
+    def __repr__(self) -> str:
+        state = "done" if self._supervisor.done.is_set() else "running"
+        return f"<nbmp.ProcessContext run {self._supervisor.run_id}: {len(self.processes)} processes, {state}>"
+
+
+def _wait(sup: Supervisor, timeout: Optional[float]) -> bool:
+    # Short slices: a signal handled by another thread must still reach us soon.
+    deadline = None if timeout is None else max(0.0, timeout)
+    while deadline is None or deadline > 0:
+        step = 0.25 if deadline is None else min(0.25, deadline)
+        if sup.done.wait(step):
+            return True
+        if deadline is not None:
+            deadline -= step
+    return sup.done.is_set()
+
+
+def _error_for(worker: Worker) -> ProcessException:
+    pid = int(worker.process.pid or 0)
+    outcome = worker.outcome
+    if outcome is None or outcome[0] == "ok":
+        return exited_error(worker.index, pid, int(worker.exitcode or 0))
+    if outcome[0] == "unloadable":
+        text = "the worker's result could not be unpickled in the parent:\n" + outcome[1]
+        return ProcessRaisedException(raised_message(worker.index, text), worker.index, pid)
+    _, _, _, text, pickled = outcome
+    error = ProcessRaisedException(raised_message(worker.index, text), worker.index, pid)
+    if pickled is not None:
+        try:
+            error.__cause__ = _pickling.loads(pickled)
+        except Exception:  # the message has the whole story anyway
+            pass
+    return error
+
+
+# --------------------------------------------------------------------------
+# Starting a run
+# --------------------------------------------------------------------------
+
+
+def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
+                    daemon: bool = False, start_method: Optional[str] = None, *, output: str = "prefix",
+                    grace_period: float = DEFAULT_GRACE_PERIOD, dashboard: Any = None,
+                    sinks: Sequence[EventSink] = ()) -> Any:
+    """Run ``fn(i, *args)`` in ``nprocs`` processes, ``i`` = 0..nprocs-1.
+
+    With ``join=True`` (default) wait and return the return values ordered by
+    ``i``; with ``join=False`` return a :class:`ProcessContext`. ``start_method``
+    None means nbmp's default (fork first). ``output`` is ``"prefix"`` (workers'
+    lines printed as ``[i] line``), ``"raw"``, ``"none"`` or ``"inherit"``.
+    ``grace_period``: seconds between SIGTERM and SIGKILL when stopping workers.
+    ``dashboard``: the live view of the run (see docs/dashboard.md): None (the
+    default set by ``nbmp.set_dashboard``, else a widget in a notebook and text
+    elsewhere), True, False, ``"widget"``, ``"text"`` or ``"off"``.
+    ``sinks`` (advanced): objects with ``handle(event)`` that get the run's events.
+
+    Example::
+
+        >>> nbmp.start_processes(lambda i, x: i + x, args=(10,), nprocs=3, start_method="spawn")
+        [10, 11, 12]
+    """
+    ctx, args, nprocs = check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
+    stop = _StopButton(grace_period)
+    board = make_dashboard(dashboard, stop=stop)  # validates ``dashboard`` before anything starts
+    run_id = new_run_id()
+    events = _broadcast(output, [*sinks, board])
+    started = RunStarted(run_id, _name_of(fn), ctx.get_start_method(), nprocs)
+    for factory in run_sink_factories:
+        sink = factory(started)
+        if sink is not None:
+            events.sinks.append(sink)
+    events.handle(started)
+    process_context: Optional[ProcessContext] = None
+    try:
+        # An interrupt while the run starts is raised once its supervisor runs, so that
+        # it stops the workers the way an interrupt in join does.
+        with _posix.interrupts_deferred():
+            process_context = _start_run(ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
+                                         board)
+            stop.supervisor = process_context._supervisor
+        if not join:
+            return process_context
+        while not process_context.join():
+            pass
+    except KeyboardInterrupt:  # also one that came just before join was entered
+        if process_context is not None:
+            process_context._stop_after_interrupt()
+        raise
+    return process_context.results
+
+
+def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
+          daemon: bool = False, start_method: Optional[str] = None, **options: Any) -> Any:
+    """Run ``fn(i, *args)`` in ``nprocs`` worker processes and return their values by ``i``.
+
+    The same as :func:`start_processes` (torch's ``spawn`` forces the spawn start
+    method; nbmp's uses nbmp's default, fork first, unless ``start_method`` says
+    otherwise). Keyword-only options: ``output``, ``grace_period``, ``dashboard``, ``sinks``.
+
+    Example::
+
+        >>> nbmp.spawn(lambda i: i * i, nprocs=4)
+        [0, 1, 4, 9]
+    """
+    return start_processes(fn, args, nprocs, join, daemon, start_method, **options)
+
+
+class _StopButton:
+    """The dashboard's Stop button: stops the run's workers once they exist."""
+
+    def __init__(self, grace_period: float) -> None:
+        self.grace_period = grace_period
+        self.supervisor: Optional[Supervisor] = None
+
+    def __call__(self) -> None:
+        if self.supervisor is not None:
+            self.supervisor.stop(self.grace_period)
+
+
+def _no_flush() -> None:
+    pass
+
+
+def _broadcast(output: str, sinks: Sequence[EventSink]) -> Broadcast:
+    printers: List[EventSink] = [StreamPrinter(prefix=output == "prefix")] if output in ("prefix", "raw") else []
+    return Broadcast(printers + list(sinks))
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)
+
+
+def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
+               run_id: int, events: Broadcast, grace_period: float, board: Any) -> ProcessContext:
+    """Start the workers and the thread that supervises them; on failure, undo it all."""
+    workers: List[Worker] = []
+    try:
+        _prepare_parent()
+        with _posix.interrupts_blocked():  # see interrupts_blocked: for the children's sake
+            for i in range(nprocs):
+                workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, ctx.get_start_method()))
+                events.handle(WorkerStarted(run_id, i, int(workers[-1].process.pid)))  # type: ignore[arg-type]  # started: pid is set
+        flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
+        supervisor = Supervisor(run_id, workers, events, flush, grace_period)
+        supervisor.start()
+    except BaseException:
+        _abandon(workers)
+        board.close()
+        raise
+    return ProcessContext([w.process for w in workers], supervisor)
+
+
+def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
+               output: str, method: str) -> Worker:
+    result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
+    pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
+    # Write ends as connections: they cross to spawn/forkserver children as fds.
+    ends: List[Optional[connection.Connection]] = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
+    job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
+    process = ctx.Process(target=run, args=(job,), daemon=daemon)
+    process._nbmp_index, process._nbmp_nprocs = i, nprocs  # read by the child's bootstrap
+    try:
+        process.start()
+    except BaseException:
+        result_r.close()
+        for r, _ in pipes:
+            os.close(r)
+        raise
+    finally:
+        for end in [result_w, *ends]:
+            if end is not None:
+                end.close()  # the child has its copies; ours would hide its exit
+    return Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
+
+
+_prepared = False
+
+
+def _prepare_parent() -> None:
+    # Work that every forked worker would otherwise redo from scratch (and lose at
+    # exit): the first pickling initialises cloudpickle's and nbmp's pickler state.
+    global _prepared
+    if not _prepared:
+        _posix.prepare()
+        _pickling.dumps(("ok", None))
+        _prepared = True
+
+
+def _abandon(workers: List[Worker]) -> None:
+    """Interrupted while starting: stop what started, close what was opened."""
+    for worker in workers:
+        worker.process.kill()
+        worker.process.join()
+        worker.result_pipe.close()
+        for fd in worker.output_pipes:
+            os.close(fd)

@@ -1,0 +1,255 @@
+"""The parent's watcher of one ``spawn`` run: a thread that relays output, collects
+results, reaps workers, and stops the others when one fails.
+
+One thread and one selector per run watch, for every worker, its output pipes, its
+result pipe and its process sentinel. Doing it all in one place keeps the order of
+events per worker fixed (its output lines, then its result, then its exit), lets a
+failure stop the other workers at once even when nobody is in ``join``, and leaves
+the caller's ``join`` a plain wait that an interrupt can break.
+
+The thread never holds a lock across a blocking call; its only lock guards the
+kill deadline, which ``stop`` (called from the caller's thread) moves.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import os
+import pickle
+import selectors
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .._backend import cells as _cells
+from .._forking import ForkLock
+from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
+from .output import LineSplitter
+
+__all__ = ["Worker", "Supervisor"]
+
+# Held while a supervisor handles what its workers sent: see nbmp._forking.ForkLock.
+_SAFE_POINT = ForkLock("nbmp spawn supervisor")
+
+
+@dataclass
+class Worker:
+    """The parent's record of one worker."""
+
+    index: int
+    process: BaseProcess
+    result_pipe: Connection
+    output_pipes: Dict[int, str] = field(default_factory=dict)  # read fd -> "stdout" | "stderr"
+    outcome: Optional[Tuple[Any, ...]] = None  # the worker's message, unpickled
+    exitcode: Optional[int] = None
+    killed_by_us: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.exitcode) or (self.outcome is not None and self.outcome[0] != "ok")
+
+
+class Supervisor:
+    """Watches one run's workers from a daemon thread; see the module docstring."""
+
+    def __init__(self, run_id: int, workers: List[Worker], events: Any, flush: Callable[[], None],
+                 grace_period: float) -> None:
+        self.run_id = run_id
+        self.workers = workers
+        self.events = events
+        self.grace_period = grace_period
+        self.failure: Optional[Worker] = None  # the first worker that failed on its own
+        self.interrupted = False
+        self.crash: Optional[BaseException] = None  # a bug in the loop itself
+        self.done = threading.Event()
+        self._flush = flush
+        self._kill_at: Optional[float] = None
+        self._closed = False
+        self._lock = threading.Lock()
+        self._results_pending: set[int] = set()
+        self._wake_r, self._wake_w = os.pipe()
+        self._selector = selectors.DefaultSelector()
+        self._splitters: Dict[int, LineSplitter] = {}
+
+    def start(self) -> None:
+        # Run in a copy of the caller's context: ipykernel keeps the current cell in a
+        # context variable, so the relayed lines land in the cell that called spawn.
+        # The target is a method of this class, so the thread counts as nbmp's own (not a
+        # user thread to warn about) when another run forks (see nbmp._forking.threads).
+        thread = threading.Thread(target=self._run_in, args=(contextvars.copy_context(),),
+                                  name=f"nbmp-spawn-{self.run_id}", daemon=True)
+        thread.start()
+
+    def stop(self, grace_period: float) -> None:
+        """From any thread: SIGTERM every live worker now, SIGKILL after ``grace_period``."""
+        with self._lock:
+            if self._closed:
+                return
+            deadline = time.monotonic() + grace_period
+            self._kill_at = deadline if self._kill_at is None else min(self._kill_at, deadline)
+            self._terminate_live()
+            os.write(self._wake_w, b"x")
+
+    # ------------------------------------------------------------------
+    # The loop
+    # ------------------------------------------------------------------
+
+    def _run_in(self, context: contextvars.Context) -> None:
+        context.run(self._main)
+
+    def _main(self) -> None:
+        try:
+            self._register()
+            while any(w.exitcode is None for w in self.workers):
+                self._step()
+        except BaseException as exc:  # a bug here must not leave join() waiting forever
+            self.crash = exc
+            for worker in self.workers:
+                if worker.exitcode is None:
+                    worker.process.kill()
+                    worker.process.join()
+        finally:
+            self._close()
+            self.events.handle(RunFinished(self.run_id, ok=self.failure is None and not self.interrupted
+                                           and self.crash is None))
+            self._flush()
+            self.done.set()
+
+    def _register(self) -> None:
+        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        for worker in self.workers:
+            self._selector.register(worker.process.sentinel, selectors.EVENT_READ, ("exit", worker))
+            self._selector.register(worker.result_pipe, selectors.EVENT_READ, ("result", worker))
+            self._results_pending.add(worker.index)
+            for fd, stream in worker.output_pipes.items():
+                os.set_blocking(fd, False)
+                self._splitters[fd] = LineSplitter(self._emitter(worker.index, stream))
+                self._selector.register(fd, selectors.EVENT_READ, ("output", worker))
+
+    def _emitter(self, index: int, stream: str) -> Callable[[str], None]:
+        def emit(line: str) -> None:
+            self.events.handle(WorkerOutput(self.run_id, index, stream, line))
+        return emit
+
+    def _step(self) -> None:
+        with self._lock:
+            kill_at = self._kill_at
+        timeout = None if kill_at is None else max(0.0, kill_at - time.monotonic())
+        ready = self._selector.select(timeout)
+        with _SAFE_POINT:  # nbmp forks only between steps, never mid-read or mid-write
+            wrote = self._handle(ready)
+        if wrote:
+            self._flush()
+        if kill_at is not None and time.monotonic() >= kill_at:
+            for worker in self.workers:
+                if worker.exitcode is None:
+                    worker.process.kill()
+
+    def _handle(self, ready: List[Tuple[selectors.SelectorKey, int]]) -> bool:
+        wrote = False
+        for key, _ in ready:
+            kind, worker = key.data
+            # An earlier key of this batch may have finished the worker and closed its pipes.
+            if kind == "output" and key.fd in self._splitters:
+                wrote |= self._read_output(key.fd)
+            elif kind == "result" and worker.index in self._results_pending:
+                self._read_result(worker)
+            elif kind == "exit":
+                self._finish(worker)
+                wrote = True
+            elif kind == "wake":
+                os.read(self._wake_r, 512)
+        return wrote
+
+    def _read_output(self, fd: int) -> bool:
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return False
+        if chunk:
+            self._splitters[fd].feed(chunk)
+        else:
+            self._end_output(fd)
+        return True
+
+    def _end_output(self, fd: int) -> None:
+        self._splitters.pop(fd).close()
+        self._selector.unregister(fd)
+        os.close(fd)
+
+    def _read_result(self, worker: Worker) -> None:
+        self._selector.unregister(worker.result_pipe)
+        self._results_pending.discard(worker.index)
+        try:
+            data = worker.result_pipe.recv_bytes()
+        except (EOFError, OSError):
+            return  # killed, or left by sys.exit: the exit code will tell
+        try:
+            worker.outcome = pickle.loads(data)
+        except Exception:
+            worker.outcome = ("unloadable", traceback.format_exc())
+        if worker.outcome[0] == "raised":  # frames of notebook cells read "Cell In[5], line 3"
+            kind, exc_type, message, text, pickled = worker.outcome
+            worker.outcome = (kind, exc_type, message, _cells.label_cells(text), pickled)
+        else:
+            try:  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
+                worker.result_pipe.send_bytes(b"")
+            except OSError:
+                pass
+
+    def _finish(self, worker: Worker) -> None:
+        """The worker's process ended: take what it left in its pipes, then reap it."""
+        self._selector.unregister(worker.process.sentinel)
+        for fd in list(worker.output_pipes):
+            while fd in self._splitters and self._read_output(fd):
+                pass
+            if fd in self._splitters:
+                self._end_output(fd)
+        if worker.index in self._results_pending:
+            if worker.result_pipe.poll(0):
+                self._read_result(worker)
+            else:
+                self._selector.unregister(worker.result_pipe)
+                self._results_pending.discard(worker.index)
+        worker.exitcode = _reap(worker.process)
+        self._report_exit(worker)
+
+    def _report_exit(self, worker: Worker) -> None:
+        if worker.outcome is not None and worker.outcome[0] == "raised":
+            _, exc_type, message, text, _ = worker.outcome
+            self.events.handle(WorkerRaised(self.run_id, worker.index, exc_type, message, text))
+        self.events.handle(WorkerExited(self.run_id, worker.index, worker.exitcode or 0, worker.killed_by_us))
+        if worker.failed and not worker.killed_by_us and self.failure is None:
+            self.failure = worker
+            self.stop(self.grace_period)
+
+    def _terminate_live(self) -> None:
+        for worker in self.workers:
+            if worker.exitcode is None:
+                worker.killed_by_us = True
+                worker.process.terminate()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closed = True
+        for fd in list(self._splitters):
+            self._end_output(fd)
+        for worker in self.workers:
+            worker.result_pipe.close()
+        self._selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+
+def _reap(process: BaseProcess) -> int:
+    # Another thread may be reaping the same child (Process.start() polls every
+    # child), and its waitpid can win: then exitcode appears a moment later.
+    while True:
+        code = process.exitcode  # waitpid(WNOHANG): the sentinel said it has ended
+        if code is not None:
+            return code
+        process.join(0.01)

@@ -1,0 +1,108 @@
+"""What runs inside each ``nbmp.spawn`` worker: ``fn(i, *args)``, and the one
+message that tells the parent how it ended.
+
+The worker sends exactly one message on its result pipe, pickled by nbmp's pickler
+(so shared arrays cross as handles and lambdas travel): ``("ok", value)`` or
+``("raised", exc_type, message, traceback, pickled_exception_or_None)``. After an
+``"ok"`` whose value the parent must fetch parts of from this process, it waits for
+the parent's receipt before exiting (the parent sends one after every ``"ok"``). A worker that sends
+nothing was killed or called ``sys.exit``; its exit code tells the rest.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from .._backend import pickling as _pickling, posix as _posix
+from .output import redirect_std_fds
+
+__all__ = ["Job", "run"]
+
+
+@dataclass
+class Job:
+    """Everything one worker needs; it crosses to spawn/forkserver children by pickling
+    (the pipe ends as connections, which travel as file descriptors)."""
+
+    fn: Callable[..., Any]
+    args: Tuple[Any, ...]
+    index: int
+    result: Connection
+    stdout: Optional[Connection]  # None: output="inherit"
+    stderr: Optional[Connection]
+    parent_pid: int
+    direct_child: bool  # False under forkserver, whose children are the server's
+
+
+def run(job: Job) -> None:
+    """The worker's target: set up, run ``fn``, report, and leave."""
+    _posix.ignore_interrupts()
+    _posix.die_with_parent(job.parent_pid, job.direct_child)
+    if job.stdout is not None and job.stderr is not None:
+        redirect_std_fds(job.stdout.fileno(), job.stderr.fileno())
+        job.stdout.close()
+        job.stderr.close()
+    try:
+        failed, message = _call(job)
+    finally:
+        _flush_all()
+    job.result.send_bytes(message)
+    if not failed and receipt_needed():
+        _wait_for_receipt(job.result)
+    job.result.close()
+    if failed:
+        sys.exit(1)  # torch's exit code for a worker that raised
+
+
+def receipt_needed() -> bool:
+    """Whether the value just sent holds file descriptors that the parent will fetch
+    from this process (``multiprocessing.resource_sharer``, which torch's tensors and
+    connections sent outside a process start use). Waiting costs a round trip, so
+    plain values do not wait."""
+    sharer = sys.modules.get("multiprocessing.resource_sharer")
+    return bool(sharer is not None and getattr(getattr(sharer, "_resource_sharer", None), "_cache", None))
+
+
+def _wait_for_receipt(result: Connection) -> None:
+    # A value may hold handles that the parent fetches from this process while it
+    # unpickles (torch tensors in shared memory pass their fd through a socket this
+    # process serves): stay alive until the parent says it has the value.
+    try:
+        result.recv_bytes()
+    except (EOFError, OSError):
+        pass
+
+
+def _call(job: Job) -> Tuple[bool, bytes]:
+    try:
+        value = job.fn(job.index, *job.args)
+        return False, _pickling.dumps_explained(("ok", value), {"the return value": value},
+                                                f"send the return value of process {job.index} to the parent")
+    except SystemExit:
+        raise
+    except BaseException as exc:  # KeyboardInterrupt too: a raised fn is a raised fn
+        return True, _describe(exc)
+
+
+def _describe(exc: BaseException) -> bytes:
+    # Start the traceback at fn's own frame: the frames above it are nbmp's.
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    text = "".join(traceback.format_exception(type(exc), exc, tb))
+    try:
+        pickled: Optional[bytes] = _pickling.dumps(exc)
+    except Exception:  # the parent still gets the type, message and traceback
+        pickled = None
+    return _pickling.dumps(("raised", type(exc).__qualname__, str(exc), text, pickled))
+
+
+def _flush_all() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    _posix.flush_c_stdio()
