@@ -17,6 +17,7 @@ Example::
 import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
+from ._checks import get_max_workers, set_max_workers
 from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
 from ._doctor import ForkReport, doctor
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
@@ -45,6 +46,7 @@ __all__ = [
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
     "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared",
+    "get_max_workers", "set_max_workers",
     "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
     "get_sharing_threshold", "set_sharing_threshold",

@@ -83,10 +83,9 @@ def set_worker_threads(n: Optional[int]) -> None:
         >>> nbmp.set_worker_threads(None)  # back to cores // workers
     """
     global _worker_threads
-    if n is not None and (not isinstance(n, int) or isinstance(n, bool) or n < 1):
-        raise ValueError(f"worker threads must be a positive int or None (cores // workers), not {n!r}; "
-                         f"e.g. nbmp.set_worker_threads(2)")
-    _worker_threads = n
+    from ._checks import positive_int
+    _worker_threads = None if n is None else positive_int(
+        n, "nbmp.set_worker_threads(n): n", "nbmp.set_worker_threads(2), or None for cores // workers")
 
 
 def worker_threads_setting() -> Optional[int]:

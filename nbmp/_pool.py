@@ -28,7 +28,7 @@ from multiprocessing.connection import wait
 from multiprocessing import pool as _stdpool
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
-from . import _progress
+from . import _checks, _posix, _progress
 from ._events import RunFinished, RunStarted, TaskProgress, new_run_id
 from ._pool_watch import Watch
 from ._pool_worker import Prepickled
@@ -56,9 +56,19 @@ class Pool(_stdpool.Pool):
                  initargs: Sequence[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Any = None) -> None:
         self._state = _stdpool.INIT  # what the stdlib's __del__ reads if a check below raises
-        _check_processes(processes, "processes")
+        if processes is not None:
+            processes = _checks.worker_count(processes, "processes", "nbmp.Pool(4), or nbmp.Pool() for one per CPU",
+                                             none_ok=True)
         if initializer is not None and not callable(initializer):
-            raise TypeError(f"initializer must be a callable or None, not {initializer!r}")
+            raise TypeError(f"initializer must be a callable or None, not {type(initializer).__name__} "
+                            f"{initializer!r}; e.g. nbmp.Pool(4, initializer=setup, initargs=(x,))")
+        initargs = _checks.arguments(initargs, "initargs", "initargs=(x,)")
+        if maxtasksperchild is not None:
+            _checks.positive_int(maxtasksperchild, "maxtasksperchild", "maxtasksperchild=100, or None (no limit)",
+                                 none_ok=True)
+        if context is not None and not callable(getattr(context, "Process", None)):
+            raise TypeError(f"context must be a context from nbmp.get_context(...), not {type(context).__name__} "
+                            f"{context!r}; e.g. nbmp.Pool(4, context=nbmp.get_context('spawn'))")
         if context is None:
             from ._context import default_context
             context = default_context.get_context()
@@ -118,6 +128,7 @@ class Pool(_stdpool.Pool):
                    error_callback: Optional[Callable[..., Any]] = None) -> Any:
         _check_func(func)
         _check_processes(chunksize, "chunksize")
+        _checks.items(iterable, "iterable", "pool.map(f, range(10))")
         if not hasattr(iterable, "__len__"):
             iterable = list(iterable)
         result = super()._map_async(Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
@@ -130,6 +141,8 @@ class Pool(_stdpool.Pool):
                     error_callback: Optional[Callable[..., Any]] = None) -> Any:
         """Like the stdlib's; a dead worker makes ``get()`` raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
+        args = _checks.arguments(args, "args", "pool.apply_async(f, args=(x,))")
+        _checks.keywords(kwds, "kwds")
         result = super().apply_async(func, args, kwds, callback, error_callback)
         self._watch.name(result._job, "apply_async", func)
         return result
@@ -138,12 +151,14 @@ class Pool(_stdpool.Pool):
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
+        _checks.items(iterable, "iterable", "pool.imap(f, range(10))")
         return super().imap(Prepickled(func), iterable, chunksize)
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: int = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
+        _checks.items(iterable, "iterable", "pool.imap_unordered(f, range(10))")
         return super().imap_unordered(Prepickled(func), iterable, chunksize)
 
     # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
@@ -217,12 +232,8 @@ def _check_func(func: Any) -> None:
 
 
 def _check_processes(value: Any, name: str) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a positive int or None, not {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be a positive int or None, not {value!r}")
+    if value is not None:
+        _checks.positive_int(value, name, f"{name}=4, or {name}=None for the default", none_ok=True)
 
 
 def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Optional[int] = None,
@@ -230,7 +241,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
                  start_method: Optional[str] = None) -> List[Any]:
     """``[fn(x) for x in iterable]``, computed by a fresh :class:`nbmp.Pool` of ``workers``.
 
-    ``workers`` defaults to the number of CPUs (at most one per item);
+    ``workers`` defaults to the number of CPUs; never more than one per item is started;
     ``progress`` is True, False, None (a bar for maps still running after two
     seconds) or an event sink; ``start_method`` None means nbmp's default (fork).
     The Pool is terminated before returning, whatever happens.
@@ -242,10 +253,15 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     """
     from ._context import default_context
     _check_func(fn)
-    _check_processes(workers, "workers")
+    if workers is not None:
+        workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)
     _check_processes(chunksize, "chunksize")
+    _checks.items(iterable, "iterable", "nbmp.parallel_map(f, range(10))")
+    progress = _progress.check(progress)
     ctx = default_context.get_context(start_method)
     items = iterable if hasattr(iterable, "__len__") else list(iterable)
-    nprocs = workers or max(1, min(ctx.cpu_count(), len(items)))  # type: ignore[arg-type]
+    if len(items) == 0:  # type: ignore[arg-type]
+        return []
+    nprocs = max(1, min(workers or ctx.cpu_count(), len(items)))  # type: ignore[arg-type]
     with Pool(nprocs, context=ctx) as pool:
         return pool.map(fn, items, chunksize, progress=progress)

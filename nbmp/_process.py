@@ -16,11 +16,12 @@ children are started by ``nbmp._popen_fork.Popen``, which runs nbmp's fork handl
 
 from __future__ import annotations
 
+import os
 import sys
 from multiprocessing import process
 from typing import Any, Callable, Optional, Tuple
 
-from . import _cells, _forking, _pickling
+from . import _cells, _checks, _forking, _pickling, _posix
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
 
@@ -34,6 +35,20 @@ def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
 
 
 class _NbmpProcess(process.BaseProcess):
+    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None, name: Optional[str] = None,
+                 args: Any = (), kwargs: Any = {}, *, daemon: Optional[bool] = None) -> None:
+        # Checked here, not in the child: there a bad target fails only after the fork.
+        if target is not None and not callable(target):
+            raise TypeError(f"target must be a callable or None, not {type(target).__name__} {target!r}; "
+                            f"e.g. nbmp.Process(target=f, args=(x,))")
+        args = _checks.arguments(args, "args", "nbmp.Process(target=f, args=(x,))")
+        kwargs = _checks.keywords(kwargs, "kwargs")
+        super().__init__(group, target, name, args, kwargs, daemon=daemon)
+
+    # A worker (``spawn``'s or a Pool's: their starters set this) ignores SIGINT from the
+    # moment it exists and dies with the process that started it; see docs/reliability.md.
+    _nbmp_worker = False
+
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
         _forking.stamp(self)

@@ -134,8 +134,8 @@ def test_worker_threads_from_the_environment(ctx, monkeypatch):
 
 
 def test_set_worker_threads_rejects_bad_values():
-    for bad in (0, -1, 1.5, "2", True):
-        with pytest.raises(ValueError, match="set_worker_threads"):
+    for bad, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)):
+        with pytest.raises(error, match="set_worker_threads"):
             nbmp.set_worker_threads(bad)
 
 
