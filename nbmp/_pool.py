@@ -73,8 +73,16 @@ class Pool(_stdpool.Pool):
             from ._context import default_context
             context = default_context.get_context()
         self._watch = Watch(processes or os.cpu_count() or 1)
-        super().__init__(processes, initializer, initargs, maxtasksperchild, context)
-        self._watch.start(self)
+        try:
+            # An interrupt while the workers and threads start is raised once they all run,
+            # so that terminate() can stop them all (the stdlib leaves started workers behind).
+            with _posix.interrupts_deferred():
+                super().__init__(processes, initializer, initargs, maxtasksperchild, context)
+                self._watch.start(self)
+        except KeyboardInterrupt:
+            if self._state == _stdpool.RUN:
+                self.terminate()
+            raise
 
     # -- workers ---------------------------------------------------------------------
 
@@ -92,7 +100,12 @@ class Pool(_stdpool.Pool):
     def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:
         # The stdlib blocks on the task queue's lock here; a worker that died holding
         # it would make terminate() hang, so wait a bounded time and drain regardless.
-        inqueue._rlock.acquire(timeout=0.1 if getattr(inqueue, "_nbmp_broken", False) else 5.0)
+        # An idle worker holds that lock while it waits for a task: with nothing queued there
+        # is nothing to drain and no reason to wait for it (an interrupt must end at once).
+        deadline = time.monotonic() + (0.1 if getattr(inqueue, "_nbmp_broken", False) else 5.0)
+        while not inqueue._rlock.acquire(timeout=0.05):
+            if time.monotonic() > deadline or not inqueue._reader.poll():
+                break
         while task_handler.is_alive() and inqueue._reader.poll():
             inqueue._reader.recv()
             time.sleep(0)
@@ -100,11 +113,13 @@ class Pool(_stdpool.Pool):
     def terminate(self) -> None:
         """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
         super().terminate()
+        self._watch.stop()
         self._drop_queues()
 
     def join(self) -> None:
         """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`)."""
         super().join()
+        self._watch.stop()
         self._drop_queues()
 
     def _drop_queues(self) -> None:
@@ -167,20 +182,22 @@ class Pool(_stdpool.Pool):
             progress: Any = None) -> List[Any]:
         """Apply ``func`` to each item; ``progress``: True, False, None (auto) or a sink."""
         sink = _progress.resolve(progress)
-        return self._wait(self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
+        return self._wait(lambda: self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
 
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None, progress: Any = None) -> List[Any]:
         """``func(*args)`` for each ``args`` in ``iterable``; ``progress`` as in :meth:`map`."""
         sink = _progress.resolve(progress)
-        return self._wait(self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
+        return self._wait(lambda: self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
 
     def apply(self, func: Callable[..., Any], args: Sequence[Any] = (), kwds: Any = {}) -> Any:
         """``func(*args, **kwds)`` in a worker; an interrupt terminates the Pool."""
-        return self._wait(self.apply_async(func, args, kwds), None, "apply", func)
+        return self._wait(lambda: self.apply_async(func, args, kwds), None, "apply", func)
 
-    def _wait(self, result: Any, sink: Any, what: str, func: Any) -> Any:
+    def _wait(self, submit: Callable[[], Any], sink: Any, what: str, func: Any) -> Any:
+        # The interrupt may come at any moment of the call, while the tasks are queued too.
         try:
+            result = submit()
             if sink is not None:
                 _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
                                  self._ctx.get_start_method(), self._processes)

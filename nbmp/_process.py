@@ -52,9 +52,20 @@ class _NbmpProcess(process.BaseProcess):
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
         _forking.stamp(self)
-        super().start()
+        if not self._nbmp_worker:
+            super().start()
+            return
+        self._nbmp_parent = os.getpid()
+        # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
+        # an interrupt of the whole process group meanwhile stays pending, then is dropped.
+        with _posix.interrupts_blocked():
+            super().start()
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:  # type: ignore[override]
+        if self._nbmp_worker:
+            _posix.ignore_interrupts()
+            parent = self._nbmp_parent
+            _posix.die_with_parent(parent, direct=os.getppid() == parent)  # forkserver: the server is the OS parent
         _forking.start_child(self)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]
 

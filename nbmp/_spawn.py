@@ -265,6 +265,7 @@ def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, 
     job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process._nbmp_index, process._nbmp_nprocs = i, nprocs  # read by the child's bootstrap
+    process._nbmp_worker = True  # ignores SIGINT from its start, dies with its parent
     try:
         process.start()
     except BaseException:

@@ -1,0 +1,225 @@
+"""Nothing lost under faults (docs/reliability.md): workers die with a killed parent, an
+interrupt at any moment of a Pool's start is raised and leaves nothing behind, nbmp's own
+threads are never taken for the user's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, List
+
+import psutil
+import pytest
+
+import nbmp
+from conftest import START_METHODS
+
+# --------------------------------------------------------------------------
+# Helpers: a script in its own session, and what of that session is still alive
+# --------------------------------------------------------------------------
+
+
+def _start_script(source: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")  # SIGABRT prints every thread's stack (diagnostics)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(source), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+
+
+def _session_members(sid: int) -> List[int]:
+    """Live processes of session ``sid`` (the script and anything it started, wherever reparented)."""
+    found = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                found.append(pid)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def _wait_gone(sid: int, timeout: float) -> List[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = _session_members(sid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _kill_session(sid: int) -> None:
+    for pid in _session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --------------------------------------------------------------------------
+# 3. Pool workers die with their parent
+# --------------------------------------------------------------------------
+
+BUSY_POOL = """
+    import os, sys, time
+    import nbmp
+
+    def busy(x):
+        with open(os.path.join(sys.argv[2], str(os.getpid())), "w"):
+            pass  # "I am busy": the test reads the pids from the directory
+        time.sleep(60)
+
+    pool = nbmp.get_context(sys.argv[1]).Pool(2)
+    pool.map_async(busy, range(2), chunksize=1)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_pool_workers_die_when_their_parent_is_killed(method, tmp_path):
+    script = _start_script(BUSY_POOL, method, str(tmp_path))
+    try:
+        workers = _busy_workers(script, tmp_path, 2, timeout=60)
+        os.kill(script.pid, signal.SIGKILL)
+        script.wait(30)
+        deadline = time.monotonic() + 10
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            alive = [pid for pid in workers if _alive(pid)]
+            time.sleep(0.05)
+        assert alive == [], f"Pool workers {alive} outlived their killed parent ({method})"
+        # The rest of the session (the resource tracker, a fork server) ends by itself and
+        # cleans up after the script (its named semaphores): give it the time to.
+        _wait_gone(script.pid, 10)
+    finally:
+        _kill_session(script.pid)
+        script.communicate()
+
+
+def _busy_workers(script: subprocess.Popen, where: Any, n: int, timeout: float) -> List[int]:
+    """The pids of the first ``n`` workers that report being busy; on a timeout, fail with
+    every thread's stack of the script's session (faulthandler, enabled by _start_script)."""
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(where)) < n and time.monotonic() < deadline and script.poll() is None:
+        time.sleep(0.05)
+    workers = [int(name) for name in os.listdir(where)]
+    if len(workers) < n:
+        members = _session_members(script.pid)
+        for pid in members:
+            os.kill(pid, signal.SIGABRT)  # faulthandler prints the stacks on stderr
+        time.sleep(1)
+        _kill_session(script.pid)
+        _, err = script.communicate()
+        pytest.fail(f"only {len(workers)} of {n} workers reported busy within {timeout} s; session "
+                    f"{members}; stacks:\n{err[-20000:]}")
+    return workers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --------------------------------------------------------------------------
+# 7. An interrupt right after a Pool starts
+# --------------------------------------------------------------------------
+
+INTERRUPTED_POOL = """
+    import sys, time
+    import nbmp
+    method = sys.argv[1]
+    print("ready", flush=True)
+    try:
+        with nbmp.get_context(method).Pool(4) as p:
+            p.map(lambda x: time.sleep(1), range(40))
+        print("finished without the interrupt", flush=True)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_an_interrupt_just_after_a_pool_starts_is_raised_and_leaves_nothing(method):
+    delays = (0, 0.005, 0.01, 0.02, 0.03) if method == "fork" else (0, 0.01, 0.03)
+    for delay in delays:
+        script = _start_script(INTERRUPTED_POOL, method)
+        try:
+            assert script.stdout.readline().strip() == "ready", script.stderr.read()
+            time.sleep(delay)
+            os.killpg(script.pid, signal.SIGINT)  # the whole group, as a terminal or a kernel does
+            sent = time.monotonic()
+            try:
+                out, err = script.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the script did not exit after the interrupt at {delay * 1000:.0f} ms ({method})")
+            took = time.monotonic() - sent
+            where = f"interrupt at {delay * 1000:.0f} ms, {method}"
+            assert out.strip().splitlines()[-1:] == ["KeyboardInterrupt"], f"{where}: {out}\n{err}"
+            assert took < 8, f"{where}: exit {took:.1f} s after the interrupt (the map takes 10 s)"
+            assert "Traceback" not in err and "Exception ignored" not in err, f"{where}: {err}"
+            assert _wait_gone(script.pid, 10) == [], f"{where}: processes left behind"
+        finally:
+            _kill_session(script.pid)
+            if script.returncode is None:
+                script.communicate()
+
+
+# --------------------------------------------------------------------------
+# 4. A Pool's watcher thread is nbmp's own, and ends with its Pool
+# --------------------------------------------------------------------------
+
+
+def test_a_thread_whose_target_returned_is_not_a_user_thread():
+    from nbmp._fork_threads import _kind
+    thread = threading.Thread(target=lambda: None, name="finished-but-listed")
+    thread.run()  # what the thread does before threading drops it from enumerate(): its target is deleted
+    assert _kind(thread) == "finished"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["terminate", "close-join"])
+def test_the_watcher_thread_ends_with_its_pool(ctx, ending):
+    pool = ctx.Pool(2)
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+    if ending == "terminate":
+        pool.terminate()
+    else:
+        pool.close()
+        pool.join()
+    assert [t.name for t in threading.enumerate() if t.name == "nbmp-pool-watcher"] == []
+
+
+POOL_AFTER_POOL = """
+    import threading, warnings
+    import nbmp
+    warnings.simplefilter("error")  # a ForkSafetyWarning about nbmp's own thread fails the script
+    failures = []
+    threading.excepthook = lambda a: failures.append(f"{a.thread.name}: {a.exc_type.__name__}: {a.exc_value}")
+    for i in range(30):
+        pool = nbmp.Pool(2)
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+        if i % 2:
+            pool.close()
+            pool.join()
+        else:
+            with pool:
+                pass
+    print("thread failures:", failures)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_pool_after_pool_warns_about_no_thread_of_nbmp():
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", textwrap.dedent(POOL_AFTER_POOL)],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "thread failures: []"
+    assert "user threads" not in proc.stderr and "released memoryview" not in proc.stderr, proc.stderr
+
