@@ -95,6 +95,7 @@ class Pool(_stdpool.Pool):
     def _setup_queues(self) -> None:
         super()._setup_queues()
         self._quick_get = self._watch.reader(self._outqueue._reader.recv)
+        self._quick_put = self._watch.sender(self._inqueue._writer.send)
 
     @classmethod
     def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:
@@ -114,12 +115,14 @@ class Pool(_stdpool.Pool):
         """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
         super().terminate()
         self._watch.stop()
+        self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
         self._drop_queues()
 
     def join(self) -> None:
         """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`)."""
         super().join()
         self._watch.stop()
+        self._watch.release_unread()
         self._drop_queues()
 
     def _drop_queues(self) -> None:

@@ -30,7 +30,7 @@ import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult  # type: ignore[attr-defined]
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _pickling
 from ._pool_errors import Death, WorkerLostError
@@ -104,6 +104,9 @@ class Watch:
         self._stopping = False
         self._wake_r, self._wake_w = -1, -1
         self._wake_lock = threading.Lock()
+        # (job, index) -> what gives back the single-use parts (shared-memory tickets) the
+        # task's pickle carries, until its result arrives; called if the Pool is terminated.
+        self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -235,6 +238,23 @@ class Watch:
 
     # -- the result thread's side ---------------------------------------------------
 
+    def sender(self, send: Callable[[Any], None]) -> Callable[[Any], None]:
+        """Wrap the task queue's ``send``: remember the tickets each task carries until its result."""
+        def put(task: Any) -> None:
+            with _pickling.collecting_single_use() as releases:
+                send(task)
+            if releases and task is not None:
+                self.unread[(task[0], task[1])] = releases
+        return put
+
+    def release_unread(self) -> None:
+        """The Pool was terminated and its workers are dead: the tasks whose results never came
+        will not be read by anyone, so give back the shared memory their pickles held."""
+        unread, self.unread = self.unread, {}
+        for releases in unread.values():
+            for release in releases:
+                release()
+
     def reader(self, recv: Callable[[], Any]) -> Callable[[], Any]:
         """Wrap the result queue's ``recv``: notices are handled here, results pass through."""
         def get() -> Any:
@@ -247,6 +267,8 @@ class Watch:
                     self.handle(Notice("unreadable", payload=exc))
                     return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
+                    if self.unread and message is not None:
+                        self.unread.pop((message[0], message[1]), None)  # its task was read
                     return message
                 try:
                     self.handle(message)

@@ -1,9 +1,10 @@
 """Nothing lost under faults (docs/reliability.md): workers die with a killed parent, an
 interrupt at any moment of a Pool's start is raised and leaves nothing behind, nbmp's own
-threads are never taken for the user's."""
+threads are never taken for the user's, and an interrupted map frees its shared memory."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import threading
 import time
 from typing import Any, List
 
+import numpy as np
 import psutil
 import pytest
 
@@ -222,4 +224,50 @@ def test_pool_after_pool_warns_about_no_thread_of_nbmp():
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "thread failures: []"
     assert "user threads" not in proc.stderr and "released memoryview" not in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# 6. An interrupted map gives back the shared memory its unread tasks held
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(params=nbmp.get_all_sharing_strategies())
+def strategy(request: pytest.FixtureRequest):
+    before = nbmp.get_sharing_strategy()
+    nbmp.set_sharing_strategy(request.param)
+    yield request.param
+    nbmp.set_sharing_strategy(before)
+
+
+def _live_shared_memory():
+    gc.collect()
+    usage = nbmp.shm_usage()
+    return usage.segments, usage.in_flight
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("carried_by", ["function", "items"])
+def test_an_interrupted_map_releases_the_shared_arrays_it_carries(ctx, strategy, carried_by):
+    before = _live_shared_memory()
+    parent = os.getpid()
+    shared = nbmp.zeros(1 << 16, dtype="uint8")
+    moved = np.ones(1 << 21, dtype="uint8")  # above the threshold: copied into shared memory once per task
+
+    def task(i, arrays=None):
+        if i == 3:
+            os.kill(parent, signal.SIGINT)  # the interrupt button, while the map is under way
+        time.sleep(0.2)
+        return int((arrays or (shared, moved))[0][0])
+
+    with ctx.Pool(2) as pool:
+        with pytest.raises(KeyboardInterrupt):
+            if carried_by == "function":
+                pool.map(task, range(60), chunksize=1)
+            else:
+                pool.starmap(task, [(i, (shared, moved)) for i in range(60)], chunksize=1)
+    del shared, task
+    deadline = time.monotonic() + 10
+    while _live_shared_memory() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _live_shared_memory() == before, "segments or tickets of the interrupted map are still live"
 
