@@ -18,7 +18,7 @@ import multiprocessing as _multiprocessing
 
 from ._context import default_context as _default_context
 from ._checks import get_max_workers, set_max_workers
-from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException
+from ._exceptions import ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
 from ._doctor import ForkReport, doctor
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from ._pickling import PicklingError
@@ -42,7 +42,7 @@ __all__ = [
     *_multiprocessing.__all__,
     "PicklingError",
     "spawn", "start_processes", "ProcessContext",
-    "ProcessException", "ProcessRaisedException", "ProcessExitedException",
+    "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
     "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared",

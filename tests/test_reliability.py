@@ -1,11 +1,12 @@
 """Nothing lost under faults (docs/reliability.md): workers die with a killed parent, an
 interrupt at any moment of a Pool's start is raised and leaves nothing behind, nbmp's own
-threads are never taken for the user's, and an interrupted map frees its shared memory."""
+threads are never taken for the user's, and Stop ends a run with an error."""
 
 from __future__ import annotations
 
 import gc
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -271,3 +272,51 @@ def test_an_interrupted_map_releases_the_shared_arrays_it_carries(ctx, strategy,
         time.sleep(0.05)
     assert _live_shared_memory() == before, "segments or tickets of the interrupted map are still live"
 
+
+# --------------------------------------------------------------------------
+# 5. The dashboard's Stop ends the call with an error, carrying what finished
+# --------------------------------------------------------------------------
+
+
+class _ClickStopWhenFirstIsDone:
+    """Presses the run's Stop button (as the widget does) once worker 0 has finished."""
+
+    def __init__(self) -> None:
+        self.run_id = None
+        self.clicker = None
+
+    def handle(self, event) -> None:
+        from nbmp import _events
+        from nbmp.widgets import _dashboard
+        if isinstance(event, _events.RunStarted):
+            self.run_id = event.run_id
+        elif isinstance(event, _events.WorkerExited) and event.index == 0 and self.clicker is None:
+            self.clicker = threading.Thread(target=_dashboard._stops[self.run_id])  # the Stop button's callback
+            self.clicker.start()
+
+
+def _first_quick_second_slow(i):
+    if i == 0:
+        return "done"
+    time.sleep(60)
+    return "late"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("join", [True, False])
+def test_stop_ends_the_run_with_an_error_that_carries_the_finished_results(start_method, join):
+    clicks = _ClickStopWhenFirstIsDone()
+    started = time.monotonic()
+    with pytest.raises(nbmp.ProcessStoppedException, match=r"stopped \(the dashboard's Stop button\)") as info:
+        run = nbmp.spawn(_first_quick_second_slow, nprocs=2, join=join, start_method=start_method,
+                         sinks=[clicks], dashboard="off", grace_period=1.0)
+        if not join:
+            while not run.join(timeout=30):
+                pass
+    clicks.clicker.join(30)
+    error = info.value
+    assert error.results == ["done", None] and error.finished == [0]
+    assert error.error_index == 1 and isinstance(error, nbmp.ProcessException)
+    assert time.monotonic() - started < 30  # stopped, not waited for
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.results, again.finished, str(again)) == (error.results, error.finished, str(error))
