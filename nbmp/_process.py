@@ -66,6 +66,10 @@ class _NbmpProcess(process.BaseProcess):
             _posix.ignore_interrupts()
             parent = self._nbmp_parent
             _posix.die_with_parent(parent, direct=os.getppid() == parent)  # forkserver: the server is the OS parent
+        elif os.getppid() != self._parent_pid:  # type: ignore[attr-defined]
+            # Forked by a fork server that nbmp started while SIGINT was blocked for its
+            # workers: a plain Process gets the standard behaviour back.
+            _posix.allow_interrupts()
         _forking.start_child(self)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]
 

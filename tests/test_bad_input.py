@@ -235,7 +235,8 @@ def test_parallel_map_starts_at_most_one_worker_per_item(monkeypatch):
     assert started == [2, 1]
 
 
-def test_share_keeps_ndarray_subclasses_that_it_can(monkeypatch):
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_share_keeps_ndarray_subclasses_that_it_can():
     class Tagged(np.ndarray):
         pass
 

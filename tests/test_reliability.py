@@ -174,6 +174,26 @@ def test_an_interrupt_just_after_a_pool_starts_is_raised_and_leaves_nothing(meth
                 script.communicate()
 
 
+
+def _blocked_signals(q) -> None:
+    with open("/proc/self/status") as f:
+        q.put(next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk")))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal mask from /proc")
+def test_a_plain_process_keeps_the_standard_sigint_after_a_pool_started_the_fork_server():
+    if "forkserver" not in START_METHODS:
+        pytest.skip("no forkserver here")
+    ctx = nbmp.get_context("forkserver")
+    with ctx.Pool(1) as pool:  # may start the fork server, with SIGINT blocked for the workers
+        assert pool.apply(abs, (-1,)) == 1
+    q = ctx.Queue()
+    p = ctx.Process(target=_blocked_signals, args=(q,))
+    p.start()
+    assert q.get(timeout=30) & (1 << (signal.SIGINT - 1)) == 0, "SIGINT left blocked in a plain Process"
+    p.join(30)
+
 # --------------------------------------------------------------------------
 # 4. A Pool's watcher thread is nbmp's own, and ends with its Pool
 # --------------------------------------------------------------------------
