@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
-from ._base import ProcessException, ProcessExitedException, ProcessRaisedException
+from ._base import ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
+from ._base.checks import get_max_workers, set_max_workers
 from ._base.util import fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard
@@ -43,10 +44,11 @@ __all__ = [
     *_multiprocessing.__all__,
     "PicklingError",
     "spawn", "start_processes", "ProcessContext",
-    "ProcessException", "ProcessRaisedException", "ProcessExitedException",
+    "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
     "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared",
+    "get_max_workers", "set_max_workers",
     "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
     "get_sharing_threshold", "set_sharing_threshold",

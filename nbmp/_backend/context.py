@@ -18,6 +18,7 @@ import sys
 from multiprocessing import context, process, reduction
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
+from .. import _base
 from . import process as _process
 
 __all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
@@ -47,12 +48,49 @@ class BaseContext(context.BaseContext):
     def Queue(self, maxsize: int = 0) -> Any:
         """Return an nbmp Queue (cloudpickle on ``put``)."""
         from .queues import Queue
-        return Queue(maxsize, ctx=self.get_context())
+        return Queue(_base.checks.queue_size(maxsize, "Queue"), ctx=self.get_context())
 
     def JoinableQueue(self, maxsize: int = 0) -> Any:
         """Return an nbmp JoinableQueue (cloudpickle on ``put``)."""
         from .queues import JoinableQueue
-        return JoinableQueue(maxsize, ctx=self.get_context())
+        return JoinableQueue(_base.checks.queue_size(maxsize, "JoinableQueue"), ctx=self.get_context())
+
+    def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True) -> Any:
+        """Return a synchronized shared object (the stdlib's), after checking the type code."""
+        _base.checks.ctype(typecode_or_type, "Value", "nbmp.Value('i', 0)")
+        return super().Value(typecode_or_type, *args, lock=lock)
+
+    def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:
+        """Return a shared object without a lock (the stdlib's), after checking the type code."""
+        _base.checks.ctype(typecode_or_type, "RawValue", "nbmp.RawValue('d', 0.0)")
+        return super().RawValue(typecode_or_type, *args)
+
+    def Array(self, typecode_or_type: Any, size_or_initializer: Any, *, lock: Any = True) -> Any:
+        """Return a synchronized shared array (the stdlib's), after checking its arguments."""
+        _base.checks.ctype(typecode_or_type, "Array", "nbmp.Array('d', 10)")
+        _base.checks.array_size(size_or_initializer, "Array")
+        return super().Array(typecode_or_type, size_or_initializer, lock=lock)
+
+    def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:
+        """Return a shared array without a lock (the stdlib's), after checking its arguments."""
+        _base.checks.ctype(typecode_or_type, "RawArray", "nbmp.RawArray('d', 10)")
+        _base.checks.array_size(size_or_initializer, "RawArray")
+        return super().RawArray(typecode_or_type, size_or_initializer)
+
+    def Semaphore(self, value: int = 1) -> Any:
+        """Return a Semaphore (the stdlib's), after checking ``value``."""
+        return super().Semaphore(_base.checks.counter(value, "Semaphore", "value"))
+
+    def BoundedSemaphore(self, value: int = 1) -> Any:
+        """Return a BoundedSemaphore (the stdlib's), after checking ``value``."""
+        return super().BoundedSemaphore(_base.checks.counter(value, "BoundedSemaphore", "value"))
+
+    def Barrier(self, parties: int, action: Any = None, timeout: Any = None) -> Any:
+        """Return a Barrier (the stdlib's), after checking ``parties`` and ``action``."""
+        _base.checks.positive_int(parties, "parties", "nbmp.Barrier(4)")
+        if action is not None and not callable(action):
+            raise TypeError(f"action must be a callable or None, not {type(action).__name__} {action!r}")
+        return super().Barrier(parties, action, timeout)
 
     def SimpleQueue(self) -> Any:
         """Return an nbmp SimpleQueue (cloudpickle on ``put``)."""
@@ -74,6 +112,9 @@ class BaseContext(context.BaseContext):
         """Return the nbmp context for ``method`` ('fork', 'spawn' or 'forkserver')."""
         if method is None:
             return self
+        if not isinstance(method, str):
+            raise TypeError(f"the start method must be a str, not {type(method).__name__} {method!r}; "
+                            f"use one of {sorted(_concrete_contexts)}, e.g. nbmp.get_context('spawn')")
         ctx = _concrete_contexts.get(method)
         if ctx is None:
             raise ValueError(
@@ -127,6 +168,22 @@ class DefaultContext(context.DefaultContext, BaseContext):
 
     Process = DefaultProcess  # type: ignore[assignment]  # nbmp's process classes subclass BaseProcess, not the stdlib's Process
     _default_context: BaseContext  # set by the stdlib's __init__; typeshed omits it
+    _actual_context: Optional[BaseContext]  # likewise
+
+    def set_start_method(self, method: Optional[str], force: bool = False) -> None:
+        """Set nbmp's default start method (once, like the stdlib; ``force=True`` to change it)."""
+        if self._actual_context is not None and not force:
+            current = self._actual_context._name
+            raise RuntimeError(
+                f"context has already been set: nbmp's start method is fixed (to {current!r}, by an earlier "
+                f"set_start_method or by the "
+                f"first object made with the default method); set_start_method may be called once. "
+                f"To change it write nbmp.set_start_method({method!r}, force=True), or leave the default alone "
+                f"and use a context for the objects that need another method: ctx = nbmp.get_context({method!r}); "
+                f"ctx.Pool(...), or nbmp.spawn(..., start_method={method!r})")
+        if method is not None:
+            self.get_context(method)  # an unknown or unavailable method: a clear error, nothing changed
+        super().set_start_method(method, force=force)
 
     def get_all_start_methods(self) -> list[str]:
         """Return the start methods this platform supports, nbmp's default first."""

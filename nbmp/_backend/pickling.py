@@ -24,12 +24,12 @@ import sys
 import threading
 from collections import ChainMap
 from multiprocessing import reduction
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import cloudpickle
 
 __all__ = ["PicklingError", "dumps", "loads", "dumps_reusable", "check_picklable", "probing", "note_single_use",
-           "register_reducer", "register_framework_reducers"]
+           "collecting_single_use", "register_reducer", "register_framework_reducers"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
@@ -172,10 +172,31 @@ def probing() -> bool:
     return getattr(_state, "depth", 0) > 0
 
 
-def note_single_use() -> None:
+def note_single_use(release: Optional[Callable[[], None]] = None) -> None:
     """Called by a reducer that puts in the pickle a part only one load may take (a
-    shared-memory ticket): the bytes being made must not be loaded twice."""
+    shared-memory ticket): the bytes being made must not be loaded twice.
+
+    ``release`` gives the part back if the bytes are never loaded (a task dropped when
+    its Pool is terminated); a sender that may drop what it pickled collects these
+    with :func:`collecting_single_use`.
+    """
     _state.single_use = getattr(_state, "single_use", 0) + 1
+    collected = getattr(_state, "releases", None)
+    if collected is not None and release is not None:
+        collected.append(release)
+
+
+@contextlib.contextmanager
+def collecting_single_use() -> Iterator[List[Callable[[], None]]]:
+    """Collect the ``release`` callables of the single-use parts pickled in this thread
+    inside the block: call them if the bytes will never be loaded."""
+    previous = getattr(_state, "releases", None)
+    found: List[Callable[[], None]] = []
+    _state.releases = found
+    try:
+        yield found
+    finally:
+        _state.releases = previous
 
 
 @contextlib.contextmanager

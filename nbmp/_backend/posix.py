@@ -19,7 +19,8 @@ from types import FrameType
 from typing import Any, Iterator, Optional, cast
 
 __all__ = [
-    "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "ignore_interrupts", "flush_c_stdio",
+    "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "ignore_interrupts", "allow_interrupts",
+    "flush_c_stdio",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -157,6 +158,12 @@ def ignore_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread: nothing to change
         return
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def allow_interrupts() -> None:
+    """Unblock SIGINT in this thread (a child that inherited a blocked mask it should not keep)."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 

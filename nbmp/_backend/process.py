@@ -16,12 +16,14 @@ children are started by ``nbmp._backend.popen_fork.Popen``, which runs nbmp's fo
 
 from __future__ import annotations
 
+import os
 import sys
 from multiprocessing import process
 from typing import Any, Callable, Optional, Tuple
 
 from .. import _forking
-from . import cells as _cells, pickling as _pickling
+from .._base import checks as _checks
+from . import cells as _cells, pickling as _pickling, posix as _posix
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
@@ -37,12 +39,41 @@ def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
 class _NbmpProcess(process.BaseProcess):
     _start_method: Optional[str]  # each subclass's (None: the default context's); typeshed omits it
 
+    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None, name: Optional[str] = None,
+                 args: Any = (), kwargs: Any = {}, *, daemon: Optional[bool] = None) -> None:
+        # Checked here, not in the child: there a bad target fails only after the fork.
+        if target is not None and not callable(target):
+            raise TypeError(f"target must be a callable or None, not {type(target).__name__} {target!r}; "
+                            f"e.g. nbmp.Process(target=f, args=(x,))")
+        args = _checks.arguments(args, "args", "nbmp.Process(target=f, args=(x,))")
+        kwargs = _checks.keywords(kwargs, "kwargs")
+        super().__init__(group, target, name, args, kwargs, daemon=daemon)
+
+    # A worker (``spawn``'s or a Pool's: their starters set this) ignores SIGINT from the
+    # moment it exists and dies with the process that started it; see docs/reliability.md.
+    _nbmp_worker = False
+
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
         _forking.stamp(self)
-        super().start()
+        if not self._nbmp_worker:
+            super().start()
+            return
+        self._nbmp_parent = os.getpid()
+        # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
+        # an interrupt of the whole process group meanwhile stays pending, then is dropped.
+        with _posix.interrupts_blocked():
+            super().start()
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
+        if self._nbmp_worker:
+            _posix.ignore_interrupts()
+            parent = self._nbmp_parent
+            _posix.die_with_parent(parent, direct=os.getppid() == parent)  # forkserver: the server is the OS parent
+        elif os.getppid() != self._parent_pid:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+            # Forked by a fork server that nbmp started while SIGINT was blocked for its
+            # workers: a plain Process gets the standard behaviour back.
+            _posix.allow_interrupts()
         _forking.start_child(self)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 

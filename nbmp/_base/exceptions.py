@@ -8,12 +8,12 @@ not round-trip through the default ``BaseException`` pickling).
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .util import signal_name
 
-__all__ = ["ProcessException", "ProcessRaisedException", "ProcessExitedException",
-           "raised_message", "exited_error"]
+__all__ = ["ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
+           "raised_message", "exited_error", "stopped_error"]
 
 
 class ProcessException(Exception):
@@ -82,6 +82,43 @@ class ProcessExitedException(ProcessException):
 
     def __reduce__(self) -> Tuple[Any, ...]:
         return type(self), (self.msg, self.error_index, self.error_pid, self.exit_code, self.signal_name)
+
+
+class ProcessStoppedException(ProcessException):
+    """The run was stopped by the dashboard's Stop button before every worker finished.
+
+    ``results`` holds each worker's return value by index, ``None`` for those that were
+    stopped; ``finished`` lists the indices that did finish. ``error_index`` and
+    ``error_pid`` name the first stopped worker.
+
+    Example::
+
+        >>> try:
+        ...     nbmp.spawn(train, nprocs=2)          # Stop clicked while worker 1 runs
+        ... except nbmp.ProcessStoppedException as e:
+        ...     print(e.finished, e.results)
+        [0] ['done', None]
+    """
+
+    def __init__(self, msg: str, error_index: int, error_pid: int, results: Optional[List[Any]] = None,
+                 finished: Optional[List[int]] = None) -> None:
+        super().__init__(msg, error_index, error_pid)
+        self.results = list(results or [])
+        self.finished = list(finished or [])
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return type(self), (self.msg, self.error_index, self.error_pid, self.results, self.finished)
+
+
+def stopped_error(results: List[Any], finished: List[int], pids: List[int]) -> ProcessStoppedException:
+    """The error that ends a run stopped by the user: it says so and carries what finished."""
+    stopped = [i for i in range(len(results)) if i not in finished]
+    first = stopped[0] if stopped else -1
+    msg = (f"the run was stopped (the dashboard's Stop button): worker(s) {stopped} were stopped before "
+           f"finishing, {len(finished)} of {len(results)} finished. The finished workers' return values are "
+           f"in this error's .results (None for the stopped ones) and their indices in .finished; "
+           f"run the call again for a complete result")
+    return ProcessStoppedException(msg, first, pids[first] if stopped else 0, results, finished)
 
 
 def raised_message(index: int, child_traceback: str) -> str:

@@ -5,13 +5,12 @@ Like ``multiprocessing.util``: nothing here knows about workers, runs or pools.
 
 from __future__ import annotations
 
-import operator
 import os
 import signal
 import types
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-__all__ = ["space", "format_bytes", "signal_name", "check_int", "fixup_module_metadata"]
+__all__ = ["space", "format_bytes", "signal_name", "fixup_module_metadata"]
 
 
 def space(directory: str) -> Tuple[int, int]:
@@ -40,25 +39,6 @@ def signal_name(signum: int) -> str:
     except ValueError:
         low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
         return f"SIGRTMIN+{signum - low}" if low <= signum <= high else f"signal {signum}"
-
-
-def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "") -> Optional[int]:
-    """``value`` as an int of at least ``minimum``, else an error that names the argument, the value
-    given and what to write: ``TypeError`` for a wrong type (a bool, a float, a string), ``ValueError``
-    for a wrong value. ``none_means`` (what None stands for) allows None."""
-    what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
-    what, fix = (what + " or None", f"e.g. {example} (None: {none_means})") if none_means else (what, f"e.g. {example}")
-    if value is None and none_means:
-        return None
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be {what}, not {value!r}; {fix}") from None
-    if number < minimum:
-        raise ValueError(f"{name} must be {what}, not {value!r}; {fix}")
-    return number
 
 
 def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:

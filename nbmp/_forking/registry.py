@@ -40,7 +40,7 @@ import weakref
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._base.util import check_int
+from .._base.checks import check_int
 from . import on_import as _on_import
 from .handlers import ForkHandler, ForkSafetyWarning, Worker, builtin_handlers
 

@@ -6,7 +6,9 @@ the kernel's (ipykernel, IPython, zmq, tornado, ...) and the standard library's
 multiprocessing helpers (queue feeders, Pool handlers) are idle or fork-aware;
 anything else alive besides the main thread is a user thread that may hold a lock
 across the fork -- the real hazard CPython 3.12+'s generic DeprecationWarning is
-about.
+about. A thread whose target has returned (``threading`` deletes ``_target`` then,
+while the thread still shows in ``enumerate()`` for a moment) is *finished*: it runs
+no more user code, and its target -- what told whose it was -- is gone.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ _LIBRARY = ("multiprocessing", "tqdm", "_pytest", "pytest_timeout", "concurrent.
 
 @dataclass(frozen=True)
 class ThreadInfo:
-    """One live thread: ``kind`` is forking, main, nbmp, kernel, library, user or native."""
+    """One live thread: ``kind`` is forking, main, nbmp, kernel, library, finished, user or native."""
 
     name: str
     daemon: bool
@@ -42,6 +44,8 @@ def _kind(thread: threading.Thread) -> str:
         return "forking"
     if thread is threading.main_thread():
         return "main"
+    if "_target" not in vars(thread) and type(thread).run is threading.Thread.run:
+        return "finished"  # Thread.run has returned and deleted its target: the thread is exiting
     origin = _origin(thread)
     for kind, prefixes in (("nbmp", ("nbmp",)), ("kernel", _KERNEL), ("library", _LIBRARY)):
         if any(origin == p or origin.startswith(p + ".") for p in prefixes):

@@ -29,9 +29,9 @@ from multiprocessing import pool as _stdpool
 from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, TypeVar
 
 from . import progress as _progress
-from .._backend import default_context, register_factory
-from .._base import RunFinished, RunStarted, TaskProgress, new_run_id
-from .._base.util import check_int
+from .._backend import default_context, posix as _posix, register_factory
+from .._base import RunFinished, RunStarted, TaskProgress, checks as _checks, new_run_id
+from .._base.checks import check_int
 from .watch import Watch
 from .worker import Prepickled
 
@@ -72,14 +72,32 @@ class Pool(_stdpool.Pool):
                  initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Any = None) -> None:
         self._state = _stdpool.INIT  # what the stdlib's __del__ reads if a check below raises
-        _check_processes(processes, "processes")
+        if processes is not None:
+            processes = _checks.worker_count(processes, "processes", "nbmp.Pool(4), or nbmp.Pool() for one per CPU",
+                                             none_ok=True)
         if initializer is not None and not callable(initializer):
-            raise TypeError(f"initializer must be a callable or None, not {initializer!r}")
+            raise TypeError(f"initializer must be a callable or None, not {type(initializer).__name__} "
+                            f"{initializer!r}; e.g. nbmp.Pool(4, initializer=setup, initargs=(x,))")
+        initargs = _checks.arguments(initargs, "initargs", "initargs=(x,)")
+        if maxtasksperchild is not None:
+            _checks.positive_int(maxtasksperchild, "maxtasksperchild", "maxtasksperchild=100, or None (no limit)",
+                                 none_ok=True)
+        if context is not None and not callable(getattr(context, "Process", None)):
+            raise TypeError(f"context must be a context from nbmp.get_context(...), not {type(context).__name__} "
+                            f"{context!r}; e.g. nbmp.Pool(4, context=nbmp.get_context('spawn'))")
         if context is None:
             context = default_context.get_context()
         self._watch = Watch(processes or os.cpu_count() or 1)
-        super().__init__(processes, initializer, initargs, maxtasksperchild, context)
-        self._watch.start(self)
+        try:
+            # An interrupt while the workers and threads start is raised once they all run,
+            # so that terminate() can stop them all (the stdlib leaves started workers behind).
+            with _posix.interrupts_deferred():
+                super().__init__(processes, initializer, initargs, maxtasksperchild, context)
+                self._watch.start(self)
+        except KeyboardInterrupt:
+            if self._state == _stdpool.RUN:
+                self.terminate()
+            raise
 
     # -- workers ---------------------------------------------------------------------
 
@@ -92,12 +110,18 @@ class Pool(_stdpool.Pool):
     def _setup_queues(self) -> None:
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
         self._quick_get = self._watch.reader(self._outqueue._reader.recv)
+        self._quick_put = self._watch.sender(self._inqueue._writer.send)
 
     @classmethod
     def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:
         # The stdlib blocks on the task queue's lock here; a worker that died holding
         # it would make terminate() hang, so wait a bounded time and drain regardless.
-        inqueue._rlock.acquire(timeout=0.1 if getattr(inqueue, "_nbmp_broken", False) else 5.0)
+        # An idle worker holds that lock while it waits for a task: with nothing queued there
+        # is nothing to drain and no reason to wait for it (an interrupt must end at once).
+        deadline = time.monotonic() + (0.1 if getattr(inqueue, "_nbmp_broken", False) else 5.0)
+        while not inqueue._rlock.acquire(timeout=0.05):
+            if time.monotonic() > deadline or not inqueue._reader.poll():
+                break
         while task_handler.is_alive() and inqueue._reader.poll():
             inqueue._reader.recv()
             time.sleep(0)
@@ -105,11 +129,15 @@ class Pool(_stdpool.Pool):
     def terminate(self) -> None:
         """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
         super().terminate()
+        self._watch.stop()
+        self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
         self._drop_queues()
 
     def join(self) -> None:
         """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`)."""
         super().join()
+        self._watch.stop()
+        self._watch.release_unread()
         self._drop_queues()
 
     def _drop_queues(self) -> None:
@@ -133,6 +161,7 @@ class Pool(_stdpool.Pool):
                    error_callback: Optional[Callable[..., Any]] = None) -> _stdpool.MapResult[Any]:
         _check_func(func)
         _check_processes(chunksize, "chunksize")
+        _checks.items(iterable, "iterable", "pool.map(f, range(10))")
         if not hasattr(iterable, "__len__"):
             iterable = list(iterable)
         result: _stdpool.MapResult[Any] = super()._map_async(  # type: ignore[misc]  # stdlib private
@@ -146,6 +175,8 @@ class Pool(_stdpool.Pool):
                     error_callback: Optional[Callable[..., Any]] = None) -> Any:
         """Like the stdlib's; a dead worker makes ``get()`` raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
+        args = _checks.arguments(args, "args", "pool.apply_async(f, args=(x,))")
+        _checks.keywords(kwds, "kwds")
         result = super().apply_async(func, args, kwds, callback, error_callback)
         self._watch.name(result._job, "apply_async", func)  # type: ignore[attr-defined]  # stdlib private
         return result
@@ -154,12 +185,14 @@ class Pool(_stdpool.Pool):
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
+        _checks.items(iterable, "iterable", "pool.imap(f, range(10))")
         return super().imap(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
+        _checks.items(iterable, "iterable", "pool.imap_unordered(f, range(10))")
         return super().imap_unordered(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
 
     # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
@@ -168,20 +201,22 @@ class Pool(_stdpool.Pool):
             progress: Any = None) -> List[Any]:
         """Apply ``func`` to each item; ``progress``: True, False, None (auto) or a sink."""
         sink = _progress.resolve(progress)
-        return self._wait(self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
+        return self._wait(lambda: self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
 
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None, progress: Any = None) -> List[Any]:
         """``func(*args)`` for each ``args`` in ``iterable``; ``progress`` as in :meth:`map`."""
         sink = _progress.resolve(progress)
-        return self._wait(self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
+        return self._wait(lambda: self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
 
     def apply(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {}) -> Any:
         """``func(*args, **kwds)`` in a worker; an interrupt terminates the Pool."""
-        return self._wait(self.apply_async(func, args, kwds), None, "apply", func)
+        return self._wait(lambda: self.apply_async(func, args, kwds), None, "apply", func)
 
-    def _wait(self, result: _stdpool.ApplyResult[_T], sink: Any, what: str, func: Any) -> _T:
+    def _wait(self, submit: Callable[[], "_stdpool.ApplyResult[_T]"], sink: Any, what: str, func: Any) -> _T:
+        # The interrupt may come at any moment of the call, while the tasks are queued too.
         try:
+            result = submit()
             if sink is not None:
                 _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
                                  self._ctx.get_start_method(), self._processes)
@@ -246,7 +281,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
                  start_method: Optional[str] = None) -> List[Any]:
     """``[fn(x) for x in iterable]``, computed by a fresh :class:`nbmp.Pool` of ``workers``.
 
-    ``workers`` defaults to the number of CPUs (at most one per item);
+    ``workers`` defaults to the number of CPUs; never more than one per item is started;
     ``progress`` is True, False, None (a bar for maps still running after two
     seconds) or an event sink; ``start_method`` None means nbmp's default (fork).
     The Pool is terminated before returning, whatever happens.
@@ -257,11 +292,16 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
         [0, 1, 4, 9, 16]
     """
     _check_func(fn)
-    _check_processes(workers, "workers")
+    if workers is not None:
+        workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)
     _check_processes(chunksize, "chunksize")
+    _checks.items(iterable, "iterable", "nbmp.parallel_map(f, range(10))")
+    progress = _progress.check(progress)
     ctx = default_context.get_context(start_method)
     items = iterable if hasattr(iterable, "__len__") else list(iterable)
-    nprocs = workers or max(1, min(ctx.cpu_count(), len(items)))  # type: ignore[arg-type]  # Sized: has __len__, or a list
+    if len(items) == 0:  # type: ignore[arg-type]  # Sized: has __len__, or a list
+        return []
+    nprocs = max(1, min(workers or ctx.cpu_count(), len(items)))  # type: ignore[arg-type]  # Sized: has __len__, or a list
     with Pool(nprocs, context=ctx) as pool:
         return pool.map(fn, items, chunksize, progress=progress)
 

@@ -93,6 +93,14 @@ def _interval(stream: Any) -> Optional[float]:
     return None
 
 
+def check(progress: Any) -> Any:
+    """Validate a ``progress=`` value without making its sink (nothing is shown or started)."""
+    if progress is None or progress is True or progress is False or callable(getattr(progress, "handle", None)):
+        return progress
+    raise TypeError(f"progress must be True, False, None (show a bar for long maps) or an object with a "
+                    f"handle(event) method, not {type(progress).__name__} {progress!r}; e.g. progress=True")
+
+
 def resolve(progress: Any) -> Optional[EventSink]:
     """The sink for a map's ``progress=`` keyword.
 
@@ -110,7 +118,4 @@ def resolve(progress: Any) -> Optional[EventSink]:
     if progress is None or progress is True:
         delay = AUTO_DELAY if progress is None else 0.0
         return sink_factory(delay) if sink_factory is not None else TextBar(delay=delay)
-    if callable(getattr(progress, "handle", None)):
-        return progress  # type: ignore[no-any-return]  # Any with a callable handle(): an EventSink
-    raise TypeError(f"progress must be True, False, None (show a bar for long maps) or an object with a "
-                    f"handle(event) method, not {progress!r}")
+    return check(progress)  # type: ignore[no-any-return]  # check() passed it: an object with handle(event)

@@ -30,7 +30,7 @@ import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._backend import pickling as _pickling
 from .errors import Death, WorkerLostError
@@ -100,6 +100,13 @@ class Watch:
         self.outqueue: Any = None
         self.inqueue: Any = None
         self._pool: Callable[[], Any] = lambda: None
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        self._wake_r, self._wake_w = -1, -1
+        self._wake_lock = threading.Lock()
+        # (job, index) -> what gives back the single-use parts (shared-memory tickets) the
+        # task's pickle carries, until its result arrives; called if the Pool is terminated.
+        self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -114,6 +121,7 @@ class Watch:
         kwds["target"] = worker
         kwds["args"] = (*kwds.get("args", ()), slot)
         proc = ctx.Process(*args, **kwds)
+        proc._nbmp_worker = True  # ignores SIGINT from its start, dies with the Pool's process
         with self.lock:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
             proc._nbmp_index = next(i for i in range(len(self.workers) + 1) if i not in used)
@@ -131,7 +139,21 @@ class Watch:
     def start(self, pool: Any) -> None:
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
-        threading.Thread(target=self._run, name="nbmp-pool-watcher", daemon=True).start()
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="nbmp-pool-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the watcher thread now and wait for it (the Pool was terminated or joined)."""
+        self._stopping = True
+        thread = self._thread
+        if thread is None:
+            return
+        with self._wake_lock:
+            if self._wake_w >= 0:
+                os.write(self._wake_w, b"x")
+        if thread is not threading.current_thread():
+            thread.join(timeout=5.0)
 
     def _live_pool(self) -> Any:
         pool = self._pool()
@@ -140,10 +162,21 @@ class Watch:
     # -- the watcher thread --------------------------------------------------------
 
     def _watching(self) -> bool:
+        if self._stopping:
+            return False
         pool = self._live_pool()  # after close(): until the last worker and call are gone
         return pool is not None and (pool._state == RUN or bool(self.workers) or bool(self.cache))
 
     def _run(self) -> None:
+        try:
+            self._watch_workers()
+        finally:
+            with self._wake_lock:  # never closed while stop() writes (the fd number could be reused)
+                os.close(self._wake_r)
+                os.close(self._wake_w)
+                self._wake_r = self._wake_w = -1
+
+    def _watch_workers(self) -> None:
         unreaped = 0
         while self._watching():
             with self.lock:
@@ -151,7 +184,9 @@ class Watch:
             for w in workers:
                 w.sample_rss()
             sentinels = [s for s in (w.sentinel() for w in workers) if s is not None]
-            ready = wait(sentinels, timeout=TICK)
+            ready = [s for s in wait(sentinels + [self._wake_r], timeout=TICK) if s != self._wake_r]
+            if self._stopping:
+                return
             # The stdlib's worker thread reaps the dead; reading the exit code it stored
             # (not polling ourselves) matters under forkserver, where two pollers race
             # for the one status message and the loser reads 255.
@@ -203,6 +238,23 @@ class Watch:
 
     # -- the result thread's side ---------------------------------------------------
 
+    def sender(self, send: Callable[[Any], None]) -> Callable[[Any], None]:
+        """Wrap the task queue's ``send``: remember the tickets each task carries until its result."""
+        def put(task: Any) -> None:
+            with _pickling.collecting_single_use() as releases:
+                send(task)
+            if releases and task is not None:
+                self.unread[(task[0], task[1])] = releases
+        return put
+
+    def release_unread(self) -> None:
+        """The Pool was terminated and its workers are dead: the tasks whose results never came
+        will not be read by anyone, so give back the shared memory their pickles held."""
+        unread, self.unread = self.unread, {}
+        for releases in unread.values():
+            for release in releases:
+                release()
+
     def reader(self, recv: Callable[[], Any]) -> Callable[[], Any]:
         """Wrap the result queue's ``recv``: notices are handled here, results pass through."""
         def get() -> Any:
@@ -215,6 +267,8 @@ class Watch:
                     self.handle(Notice("unreadable", payload=exc))
                     return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
+                    if self.unread and message is not None:
+                        self.unread.pop((message[0], message[1]), None)  # its task was read
                     return message
                 try:
                     self.handle(message)

@@ -66,7 +66,8 @@ class Slot:
         self.fd = fd
         self._map = mmap.mmap(fd, _SLOT_BYTES)
         self.view = memoryview(self._map).cast("q")
-        weakref.finalize(self, _close_slot, self.view, self._map, fd)
+        # Not at exit: the Pool's watcher thread (a daemon) may still read the slot then.
+        weakref.finalize(self, _close_slot, self.view, self._map, fd).atexit = False
 
     def __reduce__(self) -> Any:
         return _rebuild_slot, (reduction.DupFd(self.fd),)  # only while starting a child

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from .._backend import pickling as _pickling
+from .._base import checks as _checks
 from . import _numpy, _torch
 from ._ledger import ShmUsage, shm_usage
 from ._space import SharedMemoryFullError
@@ -42,7 +43,7 @@ def zeros(shape: Any, dtype: Any = float) -> Any:
         >>> nbmp.is_shared(a[10:20])
         True
     """
-    return _numpy.zeros(shape, dtype)
+    return _numpy.zeros(_checks.shape(shape, "zeros"), _numpy.check_dtype(dtype, "zeros"))
 
 
 def empty(shape: Any, dtype: Any = float) -> Any:
@@ -52,13 +53,16 @@ def empty(shape: Any, dtype: Any = float) -> Any:
 
         >>> b = nbmp.empty((1000, 3), dtype="int64")
     """
-    return _numpy.zeros(shape, dtype)
+    return _numpy.zeros(_checks.shape(shape, "empty"), _numpy.check_dtype(dtype, "empty"))
 
 
 def share(x: Any) -> Any:
     """Put ``x`` in shared memory: an ndarray -> a shared copy; a torch tensor -> moved in place.
 
-    An array or tensor already in nbmp's shared memory is returned as it is.
+    An array or tensor already in nbmp's shared memory is returned as it is. An
+    ndarray subclass keeps its class and attributes (``np.matrix``, plain subclasses);
+    one whose data is more than its buffer (a masked array's mask, a memmap's file)
+    is refused with a ``TypeError`` that says what to share instead.
 
     Example::
 
@@ -72,11 +76,12 @@ def share(x: Any) -> Any:
     if np is None or not isinstance(x, np.ndarray):
         raise TypeError(f"nbmp.share takes a numpy array or a torch tensor, not {type(x).__qualname__}; "
                         f"for other data use nbmp.zeros(shape, dtype) and fill it")
+    _numpy.check_shareable(x)
     if is_shared(x):
         return x
     copy = _numpy.zeros(x.shape, x.dtype)
     np.copyto(copy, x)
-    return copy
+    return _numpy.same_kind(copy, x)
 
 
 def is_shared(x: Any) -> bool:

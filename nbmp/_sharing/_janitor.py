@@ -11,6 +11,7 @@ one finds the name taken and exits), detaches, and then serves line messages:
     take T               T's reference becomes the sender's hold; reply "ok S" (+ the fd) or "err"
     own T                the same without a reply (file_system: the receiver opened the path itself)
     drop T               T's reference is dropped (the receiver already maps S)
+    forget T             T's message was dropped unread: its reference goes if nobody took it yet
     rel S                the sender lets go of one hold of S
     stat                 reply "SEGMENTS BYTES TICKETS"
     list                 reply "S:SIZE S:SIZE ..." (every live segment; empty line if none)
@@ -120,6 +121,11 @@ class Janitor:
                 self.add_ticket(args[1], None)
         elif verb in ("take", "own", "drop"):
             self.resolve(conn, verb, args[0])
+        elif verb == "forget":  # unlike drop, never parked: a ticket not here was taken already
+            if args[0] in self.tickets:
+                forgotten = self.tickets.pop(args[0])
+                if forgotten is not None:
+                    self.unref(forgotten)
         elif verb == "rel":
             held = self.holds[conn]
             if held.get(args[0], 0) > 0:

@@ -19,7 +19,7 @@ from . import _segments, _strategies
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["install", "zeros", "data_address", "span"]
+__all__ = ["install", "zeros", "data_address", "span", "check_dtype", "check_shareable", "same_kind"]
 
 def data_address(arr: "np.ndarray") -> int:
     return arr.__array_interface__["data"][0]  # type: ignore[no-any-return]  # numpy types __array_interface__ as dict[str, Any]
@@ -32,6 +32,54 @@ def span(shape: Tuple[int, ...], strides: Tuple[int, ...], itemsize: int) -> Tup
     low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
     high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
     return low, high + itemsize
+
+
+def check_dtype(dtype: Any, call: str) -> "np.dtype":
+    """``dtype`` as a numpy dtype that can live in shared memory, or a clear error."""
+    import numpy as np
+    try:
+        dt: "np.dtype[Any]" = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"nbmp.{call}: dtype {dtype!r} is not a numpy dtype ({exc}); "
+                        f"e.g. nbmp.{call}((3, 4), dtype='float32')") from None
+    if dt.hasobject:
+        raise TypeError(f"nbmp.{call}: dtype {dt} holds Python objects, which cannot live in shared memory; "
+                        f"use a numeric, bool, bytes or structured dtype")
+    return dt
+
+
+def check_shareable(arr: "np.ndarray") -> None:
+    """Refuse the ndarray subclasses a shared copy would change: their data is more
+    than the buffer (a masked array's mask) or lives elsewhere (a memmap's file)."""
+    import numpy as np
+    cls = type(arr)
+    if cls is np.ndarray or _rebuildable(cls):
+        return
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    if isinstance(arr, np.ma.MaskedArray):
+        raise TypeError(f"nbmp.share cannot share a masked array ({name}): its copy would lose the mask. "
+                        f"Share the data and the mask, e.g. data = nbmp.share(x.data); "
+                        f"mask = nbmp.share(np.ma.getmaskarray(x)); np.ma.array(data, mask=mask), "
+                        f"or share x.filled(fill_value) if the mask is not needed")
+    if isinstance(arr, np.memmap):
+        raise TypeError(f"nbmp.share cannot share a memmap ({name}): the copy would no longer write to its "
+                        f"file. To share a copy of its values write nbmp.share(np.asarray(x)); to share the "
+                        f"file itself, open it with np.memmap in each worker")
+    raise TypeError(f"nbmp.share cannot share a {name}: that ndarray subclass pickles its own way, so a "
+                    f"shared copy would not keep what it holds besides the buffer. Share its values with "
+                    f"nbmp.share(np.asarray(x)) and rebuild the {cls.__qualname__} around them")
+
+
+def same_kind(copy: "np.ndarray", arr: "np.ndarray") -> "np.ndarray":
+    """``copy`` (a plain shared array) as ``arr``'s class, with its attributes (see check_shareable)."""
+    import numpy as np
+    if type(arr) is np.ndarray:
+        return copy
+    result = copy.view(type(arr))
+    state = getattr(arr, "__dict__", None)
+    if state:
+        result.__dict__.update(state)
+    return result
 
 
 def zeros(shape: Any, dtype: Any) -> "np.ndarray":

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import itertools
 import mmap
 import os
@@ -27,7 +28,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 from .._backend import pickling as _pickling
 from . import _client, _space, _strategies
 
-__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "attach", "find", "live"]
+__all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "forget_ticket", "attach", "find", "live"]
 
 
 class Handle(NamedTuple):
@@ -162,7 +163,8 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
     fd, seg, path = _open_new(size)
     try:
         fill(fd, size)
-        root, ticket = _client.tree_root(), _new_ticket()
+        root = _client.tree_root()
+        ticket = _new_ticket(root)
         _client.send(root, f"nt {seg} {ticket} {size} {path}\n", [fd] if path == "-" else ())
     except BaseException:
         _discard(fd, path)
@@ -176,16 +178,27 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
 # --------------------------------------------------------------------------
 
 
-def _new_ticket() -> str:
-    _pickling.note_single_use()  # one reference: the pickle carrying it is loaded once
-    return _new_name()
+def _new_ticket(root: int) -> str:
+    ticket = _new_name()
+    # One reference: the pickle carrying it is loaded once, or given back if it never is.
+    _pickling.note_single_use(functools.partial(forget_ticket, root, ticket))
+    return ticket
+
+
+def forget_ticket(root: int, ticket: str) -> None:
+    """Give back the reference ``ticket`` carries, if no process has taken it (its message
+    was dropped unread); a ticket already taken is left alone."""
+    try:
+        _client.send(root, f"forget {ticket}\n")
+    except OSError:
+        pass  # the janitor is gone (root exited): nothing is held any more
 
 
 def ticket_for(mapped: Mapped) -> Handle:
     """A handle for a segment this process maps: one more reference, carried by a ticket."""
     if _pickling.probing():  # a check's pickle, never loaded: no reference
         return Handle(mapped.root, mapped.seg, "", mapped.size, mapped.path)
-    ticket = _new_ticket()
+    ticket = _new_ticket(mapped.root)
     _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
     return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
 

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .._base.util import check_int
+from .._base.checks import check_int
 
 __all__ = ["get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
            "get_sharing_threshold", "set_sharing_threshold", "directory"]
@@ -71,17 +71,34 @@ def set_sharing_strategy(name: str, directory: Optional[str] = None) -> None:
     """
     global _strategy, _directory
     valid = get_all_sharing_strategies()
+    if not isinstance(name, str):
+        raise TypeError(f"the sharing strategy must be a str, not {type(name).__name__} {name!r}; "
+                        f"use one of {valid} (e.g. nbmp.set_sharing_strategy({valid[0]!r}))")
     if name not in valid:
         raise ValueError(f"unknown sharing strategy {name!r}; use one of {valid} "
                          f"(e.g. nbmp.set_sharing_strategy({valid[0]!r}))")
     if directory is not None:
-        if name != "file_system":
-            raise ValueError(f"directory={directory!r} applies to the 'file_system' strategy only, not {name!r}")
-        if not os.path.isdir(directory):
-            raise ValueError(f"directory {directory!r} does not exist; give an existing tmpfs directory "
-                             f"such as '/dev/shm'")
+        _check_directory(name, directory)
         _directory = directory
     _strategy = name
+
+
+def _check_directory(name: str, directory: object) -> None:
+    example = "nbmp.set_sharing_strategy('file_system', directory='/dev/shm')"
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(f"directory must be a path (str), not {type(directory).__name__} {directory!r}; "
+                        f"e.g. {example}")
+    if name != "file_system":
+        raise ValueError(f"directory={directory!r} applies to the 'file_system' strategy only, not {name!r}; "
+                         f"e.g. {example}")
+    if not os.path.exists(directory):
+        raise ValueError(f"directory {directory!r} does not exist; give an existing tmpfs directory, e.g. {example}")
+    if not os.path.isdir(directory):
+        raise ValueError(f"directory {directory!r} is a file, not a directory; give the directory segments "
+                         f"should go in, e.g. {example}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ValueError(f"directory {directory!r} is not writable by this process; give a tmpfs directory "
+                         f"you can write to, e.g. {example}")
 
 
 def directory() -> str:

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-import os
+import inspect
 from collections.abc import Sequence
 from multiprocessing import context
 from typing import Any, Dict, Tuple
 
 from .._backend import pickling as _pickling
 from .._backend import default_context
-from .._base.util import check_int
+from .._base import checks as _checks
 from .output import check_output_mode
 
 __all__ = ["check_arguments"]
@@ -24,10 +24,21 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
         raise TypeError(f"args must be a tuple of the arguments after i, got {args!r}; "
                         f"for one argument write args=(x,)")
-    nprocs = _check_nprocs(nprocs)
+    nprocs = _checks.worker_count(nprocs, "nprocs", "nprocs=4")
+    _check_signature(fn, len(args))
     check_output_mode(output)
-    if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)) or not grace_period >= 0:
-        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}")
+    if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)):
+        raise TypeError(f"grace_period must be a number of seconds, not {type(grace_period).__name__} "
+                        f"{grace_period!r}; e.g. grace_period=3.0")
+    if not grace_period >= 0:
+        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}; "
+                         f"e.g. grace_period=3.0")
+    if isinstance(sinks, (str, bytes)) or not isinstance(sinks, (Sequence, set, frozenset)):
+        raise TypeError(f"sinks must be a list of objects with a handle(event) method, not "
+                        f"{type(sinks).__name__} {sinks!r}; e.g. sinks=[my_sink]")
+    if start_method is not None and not isinstance(start_method, str):
+        raise TypeError(f"start_method must be None or a str, not {type(start_method).__name__} "
+                        f"{start_method!r}; e.g. start_method='spawn'")
     for sink in sinks:
         if not callable(getattr(sink, "handle", None)):
             raise TypeError(f"every sink needs a handle(event) method; {sink!r} has none")
@@ -38,9 +49,26 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
     return ctx, args, nprocs
 
 
-def _check_nprocs(nprocs: Any) -> int:
-    example = f"nprocs={os.cpu_count() or 1}, the number of worker processes"
-    return check_int(nprocs, "nprocs", example)  # type: ignore[return-value]
+def _check_signature(fn: Any, nargs: int) -> None:
+    """Check that ``fn(i, *args)`` can be called, before any worker starts (a worker
+    would only fail after every worker had started). A callable whose signature cannot
+    be read (some builtins and C extensions) is let through."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(0, *range(nargs))
+    except TypeError as exc:
+        name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+        params = ["i"] + [f"a{k}" for k in range(nargs)]
+        call = f"fn({', '.join(params)})" if nargs else "fn(i)"
+        what = "i = the worker's index" + (f", then the {nargs} item(s) of args" if nargs else "")
+        raise TypeError(f"fn is called as {call} in each worker ({what}), but {name}{signature} "
+                        f"cannot be called that way: {exc}. "
+                        f"Give fn a first parameter for the index, e.g. "
+                        f"nbmp.spawn(lambda {', '.join(params)}: ...{', args=(...)' if nargs else ''}), or pass "
+                        f"its other parameters in args=(...)") from None
 
 
 class _ProbePopen:

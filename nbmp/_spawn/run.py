@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
-from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message
+from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
 from .output import StreamPrinter
 from .args import check_arguments
 from .supervisor import Supervisor, Worker
@@ -64,7 +64,8 @@ class ProcessContext:
     def results(self) -> Optional[List[Any]]:
         """The return values by index once ``join`` has returned True, else None."""
         sup = self._supervisor
-        if not sup.done.is_set() or sup.failure is not None or sup.interrupted or sup.crash is not None:
+        if not sup.done.is_set() or sup.failure is not None or sup.interrupted or sup.crash is not None \
+                or sup.stopped:
             return None
         return [w.outcome[1] if w.outcome is not None else None for w in sup.workers]
 
@@ -90,7 +91,15 @@ class ProcessContext:
             raise RuntimeError("nbmp.spawn: the run's supervising thread failed") from sup.crash
         if sup.failure is not None:
             raise _error_for(sup.failure)
+        if sup.stopped:
+            raise self._stopped_error()
         return True
+
+    def _stopped_error(self) -> ProcessException:
+        workers = self._supervisor.workers
+        finished = [w.index for w in workers if w.outcome is not None and w.outcome[0] == "ok"]
+        results = [w.outcome[1] if w.index in finished else None for w in workers]  # type: ignore[index]
+        return stopped_error(results, finished, self.pids())
 
     def _stop_after_interrupt(self) -> None:
         sup = self._supervisor
@@ -183,7 +192,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         with _posix.interrupts_deferred():
             process_context = _start_run(ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
                                          board)
-            stop.supervisor = process_context._supervisor
+            stop.attach(process_context._supervisor)
         if not join:
             return process_context
         while not process_context.join():
@@ -212,15 +221,22 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
 
 
 class _StopButton:
-    """The dashboard's Stop button: stops the run's workers once they exist."""
+    """The dashboard's Stop button: stops the run's workers, also when pressed while they start."""
 
     def __init__(self, grace_period: float) -> None:
         self.grace_period = grace_period
-        self.supervisor: Optional[Supervisor] = None
+        self._supervisor: Optional[Supervisor] = None
+        self._pressed = False
+
+    def attach(self, supervisor: Supervisor) -> None:
+        self._supervisor = supervisor
+        if self._pressed:  # pressed before the run's supervisor existed (stop_by_user is idempotent)
+            supervisor.stop_by_user(self.grace_period)
 
     def __call__(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop(self.grace_period)
+        self._pressed = True
+        if self._supervisor is not None:
+            self._supervisor.stop_by_user(self.grace_period)
 
 
 def _no_flush() -> None:
@@ -265,6 +281,7 @@ def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, 
     job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process._nbmp_index, process._nbmp_nprocs = i, nprocs  # read by the child's bootstrap
+    process._nbmp_worker = True  # ignores SIGINT from its start, dies with its parent
     try:
         process.start()
     except BaseException:

@@ -64,6 +64,7 @@ class Supervisor:
         self.grace_period = grace_period
         self.failure: Optional[Worker] = None  # the first worker that failed on its own
         self.interrupted = False
+        self.stopped = False  # by the user (the dashboard's Stop button), while workers still ran
         self.crash: Optional[BaseException] = None  # a bug in the loop itself
         self.done = threading.Event()
         self._flush = flush
@@ -94,6 +95,14 @@ class Supervisor:
             self._terminate_live()
             os.write(self._wake_w, b"x")
 
+    def stop_by_user(self, grace_period: float) -> None:
+        """The dashboard's Stop: stop the run; its caller gets an error, never a normal return."""
+        with self._lock:
+            if self._closed:
+                return  # the run had already ended: its results stand
+            self.stopped = True
+        self.stop(grace_period)
+
     # ------------------------------------------------------------------
     # The loop
     # ------------------------------------------------------------------
@@ -115,7 +124,7 @@ class Supervisor:
         finally:
             self._close()
             self.events.handle(RunFinished(self.run_id, ok=self.failure is None and not self.interrupted
-                                           and self.crash is None))
+                                           and not self.stopped and self.crash is None))
             self._flush()
             self.done.set()
 

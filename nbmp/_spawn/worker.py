@@ -40,8 +40,8 @@ class Job:
 
 def run(job: Job) -> None:
     """The worker's target: set up, run ``fn``, report, and leave."""
-    _posix.ignore_interrupts()
-    _posix.die_with_parent(job.parent_pid, job.direct_child)
+    # SIGINT ignored and the parent-death signal set: done in the process's bootstrap (a
+    # flagged nbmp worker, see _process._NbmpProcess), before anything else runs.
     if job.stdout is not None and job.stderr is not None:
         redirect_std_fds(job.stdout.fileno(), job.stderr.fileno())
         job.stdout.close()

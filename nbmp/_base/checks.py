@@ -1,0 +1,249 @@
+"""Argument checks for the public API, in one place (STYLE habit 6/7).
+
+Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for
+a wrong value, with a message naming the argument, the value given and what to write
+instead. Every caller runs its checks before anything starts -- no process, thread
+or shared-memory janitor -- so a bad call leaves nothing behind (docs/reliability.md).
+
+The worker-count bound lives here too: ``nbmp.spawn``, ``nbmp.Pool`` and
+``nbmp.parallel_map`` refuse more workers than :func:`get_max_workers`, so that a
+typo (``nprocs=10**6``) fails at once instead of forking until the machine stops.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Optional, Tuple
+
+__all__ = ["check_int", "positive_int", "worker_count", "get_max_workers", "set_max_workers", "arguments", "keywords",
+           "items", "shape"]
+
+
+# --------------------------------------------------------------------------
+# Counts
+# --------------------------------------------------------------------------
+
+
+def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "") -> Optional[int]:
+    """``value`` as an int of at least ``minimum``, else an error that names the argument, the value
+    given and what to write: ``TypeError`` for a wrong type (a bool, a float, a string), ``ValueError``
+    for a wrong value. ``none_means`` (what None stands for) allows None."""
+    what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
+    what, fix = (what + " or None", f"e.g. {example} (None: {none_means})") if none_means else (what, f"e.g. {example}")
+    if value is None and none_means:
+        return None
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be {what}, not {value!r}; {fix}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be {what}, not {value!r}; {fix}")
+    return number
+
+
+def positive_int(value: Any, name: str, example: str, none_ok: bool = False) -> int:
+    """``value`` as an int >= 1 (``check_int``; with ``none_ok`` the caller has let None through)."""
+    return check_int(value, name, example, none_means="the default" if none_ok else "")  # type: ignore[return-value]  # None only with none_means, which the caller has ruled out
+
+
+# Workers one call may start, unless raised by set_max_workers or NBMP_MAX_WORKERS:
+# four per CPU plus a fixed allowance (I/O-bound work, small machines), within what the
+# process's limits on processes and open files can take.
+_PER_CPU, _ALLOWANCE = 4, 32
+_FDS_PER_WORKER = 8  # a spawn worker holds 4 of the parent's descriptors; keep room for the user's
+_max_workers: Optional[int] = None
+
+
+def _default_max_workers() -> int:
+    bound = _PER_CPU * (os.cpu_count() or 1) + _ALLOWANCE
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return bound
+    for limit, per_worker in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER), (getattr(resource, "RLIMIT_NPROC", None), 2)):
+        if limit is None:
+            continue
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY and soft > 0:
+            bound = min(bound, max(1, soft // per_worker))
+    return bound
+
+
+def get_max_workers() -> int:
+    """Return the most workers one ``spawn``, ``Pool`` or ``parallel_map`` may start.
+
+    The default is ``4 × cpu_count() + 32``, lowered to fit the process's limits
+    (``RLIMIT_NOFILE / 8``, ``RLIMIT_NPROC / 2``); ``NBMP_MAX_WORKERS`` or
+    :func:`set_max_workers` replace it.
+
+    Example::
+
+        >>> nbmp.get_max_workers()      # on 2 CPUs
+        40
+    """
+    if _max_workers is not None:
+        return _max_workers
+    env = os.environ.get("NBMP_MAX_WORKERS", "").strip()
+    if env:
+        try:
+            return positive_int(int(env), "NBMP_MAX_WORKERS", "NBMP_MAX_WORKERS=256")
+        except ValueError:
+            raise ValueError(f"the environment variable NBMP_MAX_WORKERS must be a positive int, not {env!r}; "
+                             f"e.g. NBMP_MAX_WORKERS=256, or unset it for the default") from None
+    return _default_max_workers()
+
+
+def set_max_workers(n: Optional[int]) -> None:
+    """Allow one ``spawn``/``Pool``/``parallel_map`` call to start up to ``n`` workers;
+    ``None`` restores the default (see :func:`get_max_workers`).
+
+    Example::
+
+        >>> nbmp.set_max_workers(500)           # I really want 500 workers
+        >>> nbmp.Pool(500)                      # doctest: +SKIP
+        >>> nbmp.set_max_workers(None)
+    """
+    global _max_workers
+    _max_workers = None if n is None else positive_int(n, "nbmp.set_max_workers(n): n",
+                                                       "nbmp.set_max_workers(256), or None for the default")
+
+
+def worker_count(value: Any, name: str, example: str, none_ok: bool = False) -> int:
+    """``value`` as a number of workers: a positive int no larger than :func:`get_max_workers`."""
+    number = positive_int(value, name, example, none_ok)
+    limit = get_max_workers()
+    if number > limit:
+        raise ValueError(
+            f"{name}={number} is more workers than nbmp starts in one call (at most {limit} here: "
+            f"4 per CPU + 32, within the process's limits); each is a process that forks, so a value "
+            f"this large is usually a mistake. Use {name}={min(os.cpu_count() or 1, limit)} (the CPU count), "
+            f"or, to really start {number}, call nbmp.set_max_workers({number}) first "
+            f"(or set NBMP_MAX_WORKERS={number}); see docs/reliability.md")
+    return number
+
+
+# --------------------------------------------------------------------------
+# Collections
+# --------------------------------------------------------------------------
+
+
+def arguments(value: Any, name: str, example: str) -> Tuple[Any, ...]:
+    """Positional arguments: a tuple or list (not a str, not a single value)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(f"{name} must be a tuple of arguments, not {type(value).__name__} {value!r}; "
+                        f"for one argument write {example}")
+    return tuple(value)
+
+
+def keywords(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of keyword arguments, not {type(value).__name__} {value!r}; "
+                        f"e.g. {name}={{'key': value}}, or leave it out")
+    return value
+
+
+def items(value: Any, name: str, example: str) -> Any:
+    """Something to iterate over (a list, range, generator...); a str is refused too (a
+    map over its characters is never what was meant)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be an iterable of items (a list, a range, a generator...), "
+                        f"not {type(value).__name__} {value!r}; e.g. {example}")
+    return value
+
+
+# --------------------------------------------------------------------------
+# Arrays
+# --------------------------------------------------------------------------
+
+
+def shape(value: Any, call: str) -> Tuple[int, ...]:
+    """An array shape: an int or a sequence of ints, each >= 0 (numpy's rules, nbmp's words)."""
+    example = f"nbmp.{call}((3, 4)) or nbmp.{call}(10)"
+    dims = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else (value,)
+    checked = []
+    for dim in dims:
+        if isinstance(dim, bool):
+            number = None
+        else:
+            try:
+                number = operator.index(dim)
+            except TypeError:
+                number = None
+        if number is None:
+            raise TypeError(f"nbmp.{call}: shape must be an int or a tuple of ints, not {value!r} "
+                            f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}")
+        if number < 0:
+            raise ValueError(f"nbmp.{call}: shape must not have negative dimensions, got {value!r}; "
+                             f"e.g. {example}")
+        checked.append(number)
+    return tuple(checked)
+
+
+# --------------------------------------------------------------------------
+# Synchronisation and shared ctypes objects
+# --------------------------------------------------------------------------
+
+
+def queue_size(value: Any, call: str) -> int:
+    """A queue's ``maxsize``: an int (0 or less: unbounded, the stdlib's meaning)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            return operator.index(value)
+        except TypeError:
+            raise TypeError(f"{call}(maxsize=...) must be an int (0 for unbounded), not {type(value).__name__} "
+                            f"{value!r}; e.g. nbmp.{call}(maxsize=100)") from None
+    return value
+
+
+def ctype(value: Any, call: str, example: str) -> None:
+    """A shared ctypes object's type: one of the ``array`` module's type codes or a ctypes type."""
+    import ctypes
+    from multiprocessing.sharedctypes import typecode_to_type  # type: ignore[attr-defined]
+    if isinstance(value, str):
+        if value not in typecode_to_type:
+            raise ValueError(f"nbmp.{call}: unknown type code {value!r}; use one of "
+                             f"{''.join(sorted(typecode_to_type))!r} (e.g. 'i' int, 'd' double) or a ctypes "
+                             f"type such as ctypes.c_double; e.g. {example}")
+        return
+    simple = (ctypes._SimpleCData, ctypes.Structure, ctypes.Union, ctypes.Array)
+    if not (isinstance(value, type) and issubclass(value, simple)):
+        raise TypeError(f"nbmp.{call}: the type must be a type code such as 'i' or 'd', or a ctypes type, "
+                        f"not {type(value).__name__} {value!r}; e.g. {example}")
+
+
+def array_size(value: Any, call: str) -> None:
+    """An Array's ``size_or_initializer``: an int >= 0 or a sequence of values."""
+    example = f"nbmp.{call}('d', 10) or nbmp.{call}('i', [1, 2, 3])"
+    if isinstance(value, bool):
+        raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not "
+                        f"{value!r}; e.g. {example}")
+    try:
+        size = operator.index(value)
+    except TypeError:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not "
+                            f"{type(value).__name__} {value!r}; e.g. {example}") from None
+        return
+    if size < 0:
+        raise ValueError(f"nbmp.{call}: the length must be >= 0, not {size}; e.g. {example}")
+
+
+def counter(value: Any, call: str, name: str) -> int:
+    """A semaphore's initial value: an int >= 0."""
+    example = f"nbmp.{call}({name}=2)"
+    if isinstance(value, bool):
+        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {value!r}; e.g. {example}")
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {type(value).__name__} {value!r}; "
+                        f"e.g. {example}") from None
+    if number < 0:
+        raise ValueError(f"nbmp.{call}: {name} must be an int >= 0, not {number}; e.g. {example}")
+    return number

@@ -1,0 +1,342 @@
+"""Nothing lost under faults (docs/reliability.md): workers die with a killed parent, an
+interrupt at any moment of a Pool's start is raised and leaves nothing behind, nbmp's own
+threads are never taken for the user's, and Stop ends a run with an error."""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, List
+
+import numpy as np
+import psutil
+import pytest
+
+import nbmp
+from conftest import START_METHODS
+
+# --------------------------------------------------------------------------
+# Helpers: a script in its own session, and what of that session is still alive
+# --------------------------------------------------------------------------
+
+
+def _start_script(source: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONFAULTHANDLER="1")  # SIGABRT prints every thread's stack (diagnostics)
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(source), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+
+
+def _session_members(sid: int) -> List[int]:
+    """Live processes of session ``sid`` (the script and anything it started, wherever reparented)."""
+    found = []
+    for pid in psutil.pids():
+        try:
+            if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                found.append(pid)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def _wait_gone(sid: int, timeout: float) -> List[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = _session_members(sid)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def _kill_session(sid: int) -> None:
+    for pid in _session_members(sid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --------------------------------------------------------------------------
+# 3. Pool workers die with their parent
+# --------------------------------------------------------------------------
+
+BUSY_POOL = """
+    import os, sys, time
+    import nbmp
+
+    def busy(x):
+        with open(os.path.join(sys.argv[2], str(os.getpid())), "w"):
+            pass  # "I am busy": the test reads the pids from the directory
+        time.sleep(60)
+
+    pool = nbmp.get_context(sys.argv[1]).Pool(2)
+    pool.map_async(busy, range(2), chunksize=1)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_pool_workers_die_when_their_parent_is_killed(method, tmp_path):
+    script = _start_script(BUSY_POOL, method, str(tmp_path))
+    try:
+        workers = _busy_workers(script, tmp_path, 2, timeout=60)
+        os.kill(script.pid, signal.SIGKILL)
+        script.wait(30)
+        deadline = time.monotonic() + 10
+        alive = workers
+        while alive and time.monotonic() < deadline:
+            alive = [pid for pid in workers if _alive(pid)]
+            time.sleep(0.05)
+        assert alive == [], f"Pool workers {alive} outlived their killed parent ({method})"
+        # The rest of the session (the resource tracker, a fork server) ends by itself and
+        # cleans up after the script (its named semaphores): give it the time to.
+        _wait_gone(script.pid, 10)
+    finally:
+        _kill_session(script.pid)
+        script.communicate()
+
+
+def _busy_workers(script: subprocess.Popen, where: Any, n: int, timeout: float) -> List[int]:
+    """The pids of the first ``n`` workers that report being busy; on a timeout, fail with
+    every thread's stack of the script's session (faulthandler, enabled by _start_script)."""
+    deadline = time.monotonic() + timeout
+    while len(os.listdir(where)) < n and time.monotonic() < deadline and script.poll() is None:
+        time.sleep(0.05)
+    workers = [int(name) for name in os.listdir(where)]
+    if len(workers) < n:
+        members = _session_members(script.pid)
+        for pid in members:
+            os.kill(pid, signal.SIGABRT)  # faulthandler prints the stacks on stderr
+        time.sleep(1)
+        _kill_session(script.pid)
+        _, err = script.communicate()
+        pytest.fail(f"only {len(workers)} of {n} workers reported busy within {timeout} s; session "
+                    f"{members}; stacks:\n{err[-20000:]}")
+    return workers
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --------------------------------------------------------------------------
+# 7. An interrupt right after a Pool starts
+# --------------------------------------------------------------------------
+
+INTERRUPTED_POOL = """
+    import sys, time
+    import nbmp
+    method = sys.argv[1]
+    print("ready", flush=True)
+    try:
+        with nbmp.get_context(method).Pool(4) as p:
+            p.map(lambda x: time.sleep(1), range(40))
+        print("finished without the interrupt", flush=True)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_an_interrupt_just_after_a_pool_starts_is_raised_and_leaves_nothing(method):
+    delays = (0, 0.005, 0.01, 0.02, 0.03) if method == "fork" else (0, 0.01, 0.03)
+    for delay in delays:
+        script = _start_script(INTERRUPTED_POOL, method)
+        try:
+            assert script.stdout.readline().strip() == "ready", script.stderr.read()
+            time.sleep(delay)
+            os.killpg(script.pid, signal.SIGINT)  # the whole group, as a terminal or a kernel does
+            sent = time.monotonic()
+            try:
+                out, err = script.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the script did not exit after the interrupt at {delay * 1000:.0f} ms ({method})")
+            took = time.monotonic() - sent
+            where = f"interrupt at {delay * 1000:.0f} ms, {method}"
+            assert out.strip().splitlines()[-1:] == ["KeyboardInterrupt"], f"{where}: {out}\n{err}"
+            assert took < 8, f"{where}: exit {took:.1f} s after the interrupt (the map takes 10 s)"
+            assert "Traceback" not in err and "Exception ignored" not in err, f"{where}: {err}"
+            assert _wait_gone(script.pid, 10) == [], f"{where}: processes left behind"
+        finally:
+            _kill_session(script.pid)
+            if script.returncode is None:
+                script.communicate()
+
+
+
+def _blocked_signals(q) -> None:
+    with open("/proc/self/status") as f:
+        q.put(next(int(line.split()[1], 16) for line in f if line.startswith("SigBlk")))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads the signal mask from /proc")
+def test_a_plain_process_keeps_the_standard_sigint_after_a_pool_started_the_fork_server():
+    if "forkserver" not in START_METHODS:
+        pytest.skip("no forkserver here")
+    ctx = nbmp.get_context("forkserver")
+    with ctx.Pool(1) as pool:  # may start the fork server, with SIGINT blocked for the workers
+        assert pool.apply(abs, (-1,)) == 1
+    q = ctx.Queue()
+    p = ctx.Process(target=_blocked_signals, args=(q,))
+    p.start()
+    assert q.get(timeout=30) & (1 << (signal.SIGINT - 1)) == 0, "SIGINT left blocked in a plain Process"
+    p.join(30)
+
+# --------------------------------------------------------------------------
+# 4. A Pool's watcher thread is nbmp's own, and ends with its Pool
+# --------------------------------------------------------------------------
+
+
+def test_a_thread_whose_target_returned_is_not_a_user_thread():
+    from nbmp._fork_threads import _kind
+    thread = threading.Thread(target=lambda: None, name="finished-but-listed")
+    thread.run()  # what the thread does before threading drops it from enumerate(): its target is deleted
+    assert _kind(thread) == "finished"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("ending", ["terminate", "close-join"])
+def test_the_watcher_thread_ends_with_its_pool(ctx, ending):
+    pool = ctx.Pool(2)
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+    if ending == "terminate":
+        pool.terminate()
+    else:
+        pool.close()
+        pool.join()
+    assert [t.name for t in threading.enumerate() if t.name == "nbmp-pool-watcher"] == []
+
+
+POOL_AFTER_POOL = """
+    import threading, warnings
+    import nbmp
+    warnings.simplefilter("error")  # a ForkSafetyWarning about nbmp's own thread fails the script
+    failures = []
+    threading.excepthook = lambda a: failures.append(f"{a.thread.name}: {a.exc_type.__name__}: {a.exc_value}")
+    for i in range(30):
+        pool = nbmp.Pool(2)
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+        if i % 2:
+            pool.close()
+            pool.join()
+        else:
+            with pool:
+                pass
+    print("thread failures:", failures)
+"""
+
+
+@pytest.mark.timeout(180)
+def test_pool_after_pool_warns_about_no_thread_of_nbmp():
+    proc = subprocess.run([sys.executable, "-W", "error", "-c", textwrap.dedent(POOL_AFTER_POOL)],
+                          capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "thread failures: []"
+    assert "user threads" not in proc.stderr and "released memoryview" not in proc.stderr, proc.stderr
+
+
+# --------------------------------------------------------------------------
+# 6. An interrupted map gives back the shared memory its unread tasks held
+# --------------------------------------------------------------------------
+
+
+@pytest.fixture(params=nbmp.get_all_sharing_strategies())
+def strategy(request: pytest.FixtureRequest):
+    before = nbmp.get_sharing_strategy()
+    nbmp.set_sharing_strategy(request.param)
+    yield request.param
+    nbmp.set_sharing_strategy(before)
+
+
+def _live_shared_memory():
+    gc.collect()
+    usage = nbmp.shm_usage()
+    return usage.segments, usage.in_flight
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("carried_by", ["function", "items"])
+def test_an_interrupted_map_releases_the_shared_arrays_it_carries(ctx, strategy, carried_by):
+    before = _live_shared_memory()
+    parent = os.getpid()
+    shared = nbmp.zeros(1 << 16, dtype="uint8")
+    moved = np.ones(1 << 21, dtype="uint8")  # above the threshold: copied into shared memory once per task
+
+    def task(i, arrays=None):
+        if i == 3:
+            os.kill(parent, signal.SIGINT)  # the interrupt button, while the map is under way
+        time.sleep(0.2)
+        return int((arrays or (shared, moved))[0][0])
+
+    with ctx.Pool(2) as pool:
+        with pytest.raises(KeyboardInterrupt):
+            if carried_by == "function":
+                pool.map(task, range(60), chunksize=1)
+            else:
+                pool.starmap(task, [(i, (shared, moved)) for i in range(60)], chunksize=1)
+    del shared, task
+    deadline = time.monotonic() + 10
+    while _live_shared_memory() != before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _live_shared_memory() == before, "segments or tickets of the interrupted map are still live"
+
+
+# --------------------------------------------------------------------------
+# 5. The dashboard's Stop ends the call with an error, carrying what finished
+# --------------------------------------------------------------------------
+
+
+class _ClickStopWhenFirstIsDone:
+    """Presses the run's Stop button (as the widget does) once worker 0 has finished."""
+
+    def __init__(self) -> None:
+        self.run_id = None
+        self.clicker = None
+
+    def handle(self, event) -> None:
+        from nbmp import _events
+        from nbmp.widgets import _dashboard
+        if isinstance(event, _events.RunStarted):
+            self.run_id = event.run_id
+        elif isinstance(event, _events.WorkerExited) and event.index == 0 and self.clicker is None:
+            self.clicker = threading.Thread(target=_dashboard._stops[self.run_id])  # the Stop button's callback
+            self.clicker.start()
+
+
+def _first_quick_second_slow(i):
+    if i == 0:
+        return "done"
+    time.sleep(60)
+    return "late"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("join", [True, False])
+def test_stop_ends_the_run_with_an_error_that_carries_the_finished_results(start_method, join):
+    clicks = _ClickStopWhenFirstIsDone()
+    started = time.monotonic()
+    with pytest.raises(nbmp.ProcessStoppedException, match=r"stopped \(the dashboard's Stop button\)") as info:
+        run = nbmp.spawn(_first_quick_second_slow, nprocs=2, join=join, start_method=start_method,
+                         sinks=[clicks], dashboard="off", grace_period=1.0)
+        if not join:
+            while not run.join(timeout=30):
+                pass
+    clicks.clicker.join(30)
+    error = info.value
+    assert error.results == ["done", None] and error.finished == [0]
+    assert error.error_index == 1 and isinstance(error, nbmp.ProcessException)
+    assert time.monotonic() - started < 30  # stopped, not waited for
+    again = pickle.loads(pickle.dumps(error))
+    assert (again.results, again.finished, str(again)) == (error.results, error.finished, str(error))
