@@ -15,6 +15,7 @@ Example::
 """
 
 import multiprocessing as _multiprocessing
+from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._context import default_context as _default_context
@@ -53,6 +54,20 @@ __all__ = [
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
     "get_sharing_threshold", "set_sharing_threshold",
 ]
+
+
+# The standard package's submodules, mirrored (bound to nbmp's contexts where the standard
+# ones bind their own): imported on first use, so ``import nbmp`` stays cheap.
+# ``multiprocessing.spawn`` has no mirror: ``nbmp.spawn`` is torch's function.
+_MIRRORS = frozenset({"connection", "context", "dummy", "heap", "managers", "pool", "process", "queues",
+                      "reduction", "shared_memory", "sharedctypes", "synchronize", "util"})
+
+
+def __getattr__(name: str) -> _ModuleType:
+    if name in _MIRRORS:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: "_InteractiveShell") -> None:

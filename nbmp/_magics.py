@@ -81,7 +81,7 @@ def _status() -> Any:
     import nbmp
     dashboard = getattr(nbmp, "Dashboard", None)
     if dashboard is None:
-        return [f"{p.name} pid={p.pid} alive={p.is_alive()}" for p in nbmp.active_children()]  # type: ignore[attr-defined]  # bound by nbmp/__init__'s loop
+        return [f"{p.name} pid={p.pid} alive={p.is_alive()}" for p in nbmp.active_children()]  # type: ignore[misc]  # bound by nbmp/__init__'s loop; mypy sees only the module __getattr__ (mirrors)
     board = dashboard()
     board.display()
     return None
