@@ -25,8 +25,11 @@ from . import _cells, _forking, _pickling
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "DefaultProcess"]
 
 
-def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
+def _rebuild_process(cells: Any, data: bytes, method: Optional[str] = None) -> process.BaseProcess:
     _cells.install_cell_sources(cells)
+    if method is not None:  # the child inherits the start method it was started with, as in the stdlib
+        from ._context import default_context
+        default_context.set_start_method(method, force=True)
     cls, state = _pickling.loads(data)
     obj: process.BaseProcess = cls.__new__(cls)
     obj.__dict__.update(state)
@@ -45,12 +48,18 @@ class _NbmpProcess(process.BaseProcess):
         _forking.start_child(self)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
-    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes]]:
+    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private
                  f"the {type(self).__qualname__} object": self}
-        action = f"start a process with the {self._start_method!r} start method"
+        method = self._start_method or _default_method()
+        action = f"start a process with the {method!r} start method"
         return _rebuild_process, (_cells.cell_sources(),
-                                  _pickling.dumps_explained((type(self), vars(self)), roots, action))
+                                  _pickling.dumps_explained((type(self), vars(self)), roots, action), method)
+
+
+def _default_method() -> str:
+    from ._context import default_context
+    return default_context.get_start_method()
 
 
 class ForkProcess(_NbmpProcess):

@@ -84,8 +84,9 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
             or t.is_quantized or t.is_nested:
         return t.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
     if t.requires_grad and not t.is_leaf:
-        raise ValueError("cannot send a tensor that requires grad and is not a leaf: autograd does not cross "
-                         "processes. Fix: send t.detach() (and call requires_grad_() in the receiver).")
+        raise RuntimeError(  # torch's type and words (torch.multiprocessing.reductions), with the fix
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not support "
+            "crossing process boundaries. Fix: send t.detach() (and call requires_grad_() in the receiver).")
     found = _storage_segment(t)
     if found is not None:
         mapped, offset = found
