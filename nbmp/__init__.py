@@ -24,7 +24,7 @@ from ._doctor import ForkReport, doctor
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from ._pickling import PicklingError
 from .widgets import Dashboard, set_dashboard
-from ._spawn import ProcessContext, spawn, start_processes
+from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
 from ._pool import parallel_map
 from ._pool_errors import RemoteTaskError, WorkerLostError
 from ._serial import ForkShared, SerialExecutor
@@ -45,7 +45,7 @@ del _name
 __all__ = [
     *_multiprocessing.__all__,
     "PicklingError",
-    "spawn", "start_processes", "ProcessContext",
+    "spawn", "start_processes", "ProcessContext", "SpawnContext",
     "ProcessException", "ProcessRaisedException", "ProcessExitedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
