@@ -28,6 +28,7 @@ from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
 from ._pool import parallel_map
 from ._pool_errors import RemoteTaskError, WorkerLostError
 from ._serial import ForkShared, SerialExecutor
+from ._executor import ProcessPoolExecutor
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
                        get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
                        shm_usage, zeros)
@@ -49,7 +50,7 @@ __all__ = [
     "ProcessException", "ProcessRaisedException", "ProcessExitedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
-    "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared",
+    "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared", "ProcessPoolExecutor",
     "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
     "get_sharing_threshold", "set_sharing_threshold",
