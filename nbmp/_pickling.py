@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 import cloudpickle
 
 __all__ = ["PicklingError", "dumps", "loads", "dumps_reusable", "check_picklable", "probing", "note_single_use",
-           "register_reducer", "register_framework_reducers", "refused_by_pickler", "add_location_note"]
+           "register_reducer", "register_framework_reducers", "refused_by_pickler", "add_location_note", "Refusal"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
@@ -47,6 +47,11 @@ class PicklingError(pickle.PicklingError, TypeError):
     Subclasses both :class:`pickle.PicklingError` and :class:`TypeError`, so code
     that catches either of the standard errors keeps working.
     """
+
+
+class Refusal(ValueError):
+    """Raised by one of nbmp's reducers that will not pickle an object (a CUDA tensor):
+    reported as :class:`PicklingError`, like the pickler's own refusals."""
 
 
 # --------------------------------------------------------------------------
@@ -218,7 +223,7 @@ def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> Pi
 def refused_by_pickler(exc: BaseException) -> bool:
     """Whether ``exc`` is the pickler refusing an object (``cannot pickle 'X' object``, a local
     object, cloudpickle's refusals) rather than an error raised by the object's own code."""
-    if isinstance(exc, (pickle.PicklingError, TypeError)):
+    if isinstance(exc, (pickle.PicklingError, TypeError, Refusal)):
         return True
     return isinstance(exc, AttributeError) and "pickle" in str(exc).lower()
 

@@ -32,7 +32,7 @@ __all__ = ["install", "share_", "is_shared", "check_cpu"]
 def check_cpu(t: "torch.Tensor") -> None:
     """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
     if t.device.type != "cpu":
-        raise ValueError(
+        raise _pickling.Refusal(
             f"a {t.device.type.upper()} tensor ({t.device}) cannot be put in nbmp's shared memory, which "
             f"holds CPU memory only. Fix: send t.cpu() and move it back with .to('{t.device}') in the "
             f"receiver, or create it on the device inside the worker (start_method='spawn' for CUDA work).")
