@@ -29,7 +29,7 @@ import time
 import types
 from typing import Any, Dict, List, Optional
 
-IMPL_VAR, METHOD_VAR, TYPES_VAR = "NBMP_SUITE_IMPL", "NBMP_SUITE_METHOD", "NBMP_SUITE_TYPES"
+IMPL_VAR, METHOD_VAR, TYPES_VAR, ONLY_VAR = "NBMP_SUITE_IMPL", "NBMP_SUITE_METHOD", "NBMP_SUITE_TYPES", "NBMP_SUITE_ONLY"
 MODULE = "_nbmp_cpython_suite_tests"  # the test classes' importable home (spawn children unpickle them)
 MIRRORS = ["connection", "context", "dummy", "heap", "managers", "pool", "process", "queues", "reduction",
            "shared_memory", "sharedctypes", "synchronize", "util"]
@@ -82,8 +82,6 @@ def swap_in_nbmp() -> None:
     """Make ``import multiprocessing`` (and its mirrored submodules) give nbmp's objects."""
     import importlib
     import multiprocessing
-    for name in MIRRORS + STDLIB_ONLY:  # every stdlib submodule loads now, against the real package
-        importlib.import_module(f"multiprocessing.{name}")
     import nbmp
     subs = {}
     for name in MIRRORS:
@@ -96,9 +94,19 @@ def swap_in_nbmp() -> None:
 
 def build_tests() -> types.ModuleType:
     """The module holding the test classes for this interpreter's method and types."""
-    if os.environ.get(IMPL_VAR) == "nbmp":
+    import importlib
+    for name in MIRRORS + STDLIB_ONLY:  # every stdlib submodule loads now, against the real package
+        importlib.import_module(f"multiprocessing.{name}")
+    swapped = os.environ.get(IMPL_VAR) == "nbmp"
+    standard = {name: mod for name, mod in sys.modules.items() if name.startswith("multiprocessing.")}
+    if swapped:
         swap_in_nbmp()
     import test._test_multiprocessing as suite
+    # The test module now holds the overlays (its global ``multiprocessing`` and what it
+    # imported by name). The submodules go back into sys.modules: pickling a standard
+    # function by reference (``sharedctypes.synchronized`` in a Value's reduction) looks its
+    # module up there and must find the very same object.
+    sys.modules.update({name: mod for name, mod in standard.items() if name in sys.modules})
     module = types.ModuleType(MODULE)
     sys.modules[MODULE] = module
     for type_ in os.environ.get(TYPES_VAR, "processes manager").split():
@@ -135,11 +143,21 @@ def run_tests(module: types.ModuleType) -> None:
     loader = unittest.TestLoader()
     tests = unittest.TestSuite([loader.loadTestsFromTestCase(obj) for name, obj in sorted(vars(module).items())
                                 if isinstance(obj, type) and issubclass(obj, unittest.TestCase)])
+    only = os.environ.get(ONLY_VAR)
+    if only:  # --only: the tests whose id contains one of these words
+        tests = unittest.TestSuite([t for t in _flatten(tests) if any(w in t.id() for w in only.split())])
     module.setUpModule()
     try:
         unittest.TextTestRunner(stream=sys.stderr, resultclass=Result, verbosity=0).run(tests)
     finally:
         module.tearDownModule()
+
+
+def _flatten(suite: Any) -> List[Any]:
+    import unittest
+    if isinstance(suite, unittest.TestSuite):
+        return [t for s in suite for t in _flatten(s)]
+    return [suite]
 
 
 if os.environ.get(IMPL_VAR):  # a test interpreter, or one of its spawned children: build the same tests
@@ -150,8 +168,8 @@ if os.environ.get(IMPL_VAR):  # a test interpreter, or one of its spawned childr
 # The driver
 # --------------------------------------------------------------------------
 
-def run_one(impl: str, method: str, types_: List[str], timeout: float) -> Dict[str, Any]:
-    env = {**os.environ, IMPL_VAR: impl, METHOD_VAR: method, TYPES_VAR: " ".join(types_)}
+def run_one(impl: str, method: str, types_: List[str], timeout: float, only: List[str]) -> Dict[str, Any]:
+    env = {**os.environ, IMPL_VAR: impl, METHOD_VAR: method, TYPES_VAR: " ".join(types_), ONLY_VAR: " ".join(only)}
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -184,6 +202,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--types", nargs="+", default=["processes", "manager"])
     parser.add_argument("--impls", nargs="+", default=["stdlib", "nbmp"])
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run (default 1200)")
+    parser.add_argument("--only", nargs="+", default=[], help="run only the tests whose id contains one of these")
     parser.add_argument("--json", help="also write the full results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -199,7 +218,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     regressions = 0
     for method in args.methods:
         for impl in args.impls:
-            results[f"{impl}/{method}"] = run = run_one(impl, method, args.types, args.timeout)
+            results[f"{impl}/{method}"] = run = run_one(impl, method, args.types, args.timeout, args.only)
             print(f"{method:10} {impl:6} {count(run['outcomes'])} in {run['seconds']} s"
                   f"{'  HUNG (killed)' if run['hung'] else ''}", flush=True)
         if set(args.impls) == {"stdlib", "nbmp"}:
