@@ -66,8 +66,10 @@ class _ManagerThread(process._ExecutorManagerThread):
             if p.sentinel in dead:
                 p.join(1.0)
                 if p.exitcode:
-                    return Death(index, p.pid, p.exitcode, None).error(
+                    error = Death(index, p.pid, p.exitcode, None).error(
                         "while the executor's futures were running or pending", "Their futures fail with this error.")
+                    error.args = (error.args[0].replace("Pool worker", "ProcessPoolExecutor worker", 1),)
+                    return error
         return None
 
 

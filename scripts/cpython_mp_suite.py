@@ -116,7 +116,11 @@ def build_tests() -> types.ModuleType:
 
 def run_tests(module: types.ModuleType) -> None:
     """Run the tests, printing one ``@@ outcome test_id`` line per test as it ends."""
+    import signal
     import unittest
+    # A driver started in the background (``make cpython-suite &``) hands its children
+    # SIGINT ignored; the tests that send SIGINT expect Python's default handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     class Result(unittest.TextTestResult):
         def _report(self, outcome: str, test: Any) -> None:

@@ -111,7 +111,7 @@ def test_a_dead_worker_is_named_in_brokenprocesspool(start_method, how, named):
         future = ex.submit(die)
         with pytest.raises(BrokenProcessPool) as info:
             future.result(TIMEOUT)
-        assert named in str(info.value) and "pid" in str(info.value)
+        assert named in str(info.value) and "ProcessPoolExecutor worker 0 (pid" in str(info.value)
         assert isinstance(info.value.__cause__, nbmp.WorkerLostError)
         with pytest.raises(BrokenProcessPool):
             ex.submit(int)
