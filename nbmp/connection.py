@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from multiprocessing import connection
 from multiprocessing.connection import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)
-    BUFSIZE, CHALLENGE, FAILURE, WELCOME, answer_challenge, arbitrary_address, deliver_challenge, wait,
+    BUFSIZE, answer_challenge, arbitrary_address, deliver_challenge, wait,
 )
 from typing import Any, Optional
 
