@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The Pythons a user may install the wheel on (make wheel-check).
 WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
 
-.PHONY: test test-under-load typecheck lab demo notebooks docs browser-test bench clean venv wheel-check
+.PHONY: test test-under-load typecheck lab demo notebooks docs browser-test bench clean venv wheel-check cpython-suite
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ test: venv typecheck
 ## make typecheck: mypy over nbmp/ (settings in pyproject.toml: strict for the public API)
 typecheck: venv
 	$(PY) -m mypy
+
+## make cpython-suite: CPython's own multiprocessing tests (test._test_multiprocessing, the
+## processes and manager kinds) under fork, spawn and forkserver, once with the standard module
+## and once with nbmp swapped in; prints the counts and every test whose outcome differs
+## (about 10 minutes on 2 cores; not part of `make test`). Deliberate differences: docs/dropin.md
+cpython-suite: venv
+	$(PY) scripts/cpython_mp_suite.py $(SUITE_ARGS)
 
 ## make test-under-load: the suite while a neighbour (scripts/shm_churn.py) does its own
 ## multiprocessing and /dev/shm work on the same machine: the leak guard counts only ours

@@ -15,6 +15,7 @@ Example::
 """
 
 import multiprocessing as _multiprocessing
+from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
@@ -24,8 +25,8 @@ from ._base.checks import get_max_workers, set_max_workers
 from ._base.util import fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard
-from ._spawn import ProcessContext, spawn, start_processes
-from ._pool import ForkShared, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
+from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
+from ._pool import ForkShared, ProcessPoolExecutor, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
                        get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
                        shm_usage, zeros)
@@ -43,11 +44,11 @@ del _name
 __all__ = [
     *_multiprocessing.__all__,
     "PicklingError",
-    "spawn", "start_processes", "ProcessContext",
+    "spawn", "start_processes", "ProcessContext", "SpawnContext",
     "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",
-    "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared",
+    "WorkerLostError", "RemoteTaskError", "parallel_map", "SerialExecutor", "ForkShared", "ProcessPoolExecutor",
     "get_max_workers", "set_max_workers",
     "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
@@ -56,6 +57,20 @@ __all__ = [
 
 # Tracebacks and reprs say nbmp.WorkerLostError, not nbmp._pool.errors.WorkerLostError.
 _fixup_module_metadata(__name__, globals(), __all__)
+
+
+# The standard package's submodules, mirrored (bound to nbmp's contexts where the standard
+# ones bind their own): imported on first use, so ``import nbmp`` stays cheap.
+# ``multiprocessing.spawn`` has no mirror: ``nbmp.spawn`` is torch's function.
+_MIRRORS = frozenset({"connection", "context", "dummy", "heap", "managers", "pool", "process", "queues",
+                      "reduction", "shared_memory", "sharedctypes", "synchronize", "util"})
+
+
+def __getattr__(name: str) -> _ModuleType:
+    if name in _MIRRORS:
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: "_InteractiveShell") -> None:

@@ -23,7 +23,10 @@ LAYERS: List[Tuple[str, ...]] = [
     ("nbmp.widgets",),                        # the dashboard: state -> text / ipywidgets
     ("nbmp._spawn", "nbmp._pool"),            # the two ways to run work
     ("nbmp._notebook",),                      # %load_ext nbmp, %%nbmp
-    ("nbmp.managers", "nbmp.shared_memory"),  # the public mirrors of the standard submodules
+    # the public mirrors of the standard submodules
+    ("nbmp.managers", "nbmp.shared_memory", "nbmp.connection", "nbmp.context", "nbmp.dummy", "nbmp.heap",
+     "nbmp.pool", "nbmp.process", "nbmp.queues", "nbmp.reduction", "nbmp.sharedctypes", "nbmp.synchronize",
+     "nbmp.util"),
     ("nbmp",),                                # the public names (nbmp/__init__.py)
 ]
 

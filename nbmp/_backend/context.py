@@ -204,3 +204,4 @@ def _first_method() -> str:
 
 
 default_context = DefaultContext(_concrete_contexts[_first_method()])
+_process.default_context = default_context

@@ -29,7 +29,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import cloudpickle
 
 __all__ = ["PicklingError", "dumps", "loads", "dumps_reusable", "check_picklable", "probing", "note_single_use",
-           "collecting_single_use", "register_reducer", "register_framework_reducers"]
+           "collecting_single_use", "register_reducer", "register_framework_reducers", "refused_by_pickler",
+           "add_location_note", "Refusal"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
@@ -47,6 +48,11 @@ class PicklingError(pickle.PicklingError, TypeError):
     Subclasses both :class:`pickle.PicklingError` and :class:`TypeError`, so code
     that catches either of the standard errors keeps working.
     """
+
+
+class Refusal(ValueError):
+    """Raised by one of nbmp's reducers that will not pickle an object (a CUDA tensor):
+    reported as :class:`PicklingError`, like the pickler's own refusals."""
 
 
 # --------------------------------------------------------------------------
@@ -124,8 +130,13 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
         return super().reducer_override(obj)
 
 
+_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+
+
 def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
     """Pickle ``obj`` with nbmp's pickler; see the module docstring."""
+    if type(obj) in _ATOMS:  # no reducer or by-value code applies: skip building a cloudpickle Pickler
+        return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL if protocol is None else protocol)
     if _pending_frameworks:
         _install_pending_frameworks()
     with io.BytesIO() as buf:
@@ -141,8 +152,11 @@ def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
     """
     try:
         return dumps(obj)
-    except PICKLE_ERRORS as exc:
-        raise unpicklable(exc, roots, action) from exc
+    except Exception as exc:
+        if refused_by_pickler(exc):
+            raise unpicklable(exc, roots, action) from exc
+        add_location_note(exc, roots, action)  # user code raised: its own type reaches the caller
+        raise
 
 
 def dumps_reusable(obj: Any, roots: Mapping[str, Any], action: str) -> Tuple[bytes, bool]:
@@ -226,6 +240,27 @@ def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> Pi
         f"needed to rebuild it), or use the 'fork' start method (nbmp's default), "
         f"under which workers inherit their target and arguments without pickling."
     )
+
+
+def refused_by_pickler(exc: BaseException) -> bool:
+    """Whether ``exc`` is the pickler refusing an object (``cannot pickle 'X' object``, a local
+    object, cloudpickle's refusals) rather than an error raised by the object's own code."""
+    if isinstance(exc, (pickle.PicklingError, TypeError, Refusal)):
+        return True
+    return isinstance(exc, AttributeError) and "pickle" in str(exc).lower()
+
+
+def add_location_note(exc: BaseException, roots: Mapping[str, Any], action: str) -> None:
+    """Add to ``exc`` (Python 3.11+) a note naming where, in ``roots``, pickling raised it."""
+    if not hasattr(exc, "add_note"):
+        return
+    path, culprit = _locate(roots)
+    where = f"{path} ({type(culprit).__module__}.{type(culprit).__qualname__} object)" if path else "the object"
+    note = f"nbmp: raised while pickling {where} to {action}."
+    if "fork context" in str(exc):  # the stdlib's refusal of a fork-made lock under spawn/forkserver
+        note += ("\nFix: make the lock (or Value, Array, Queue) from the same start method: nbmp.sharedctypes / "
+                 "nbmp.Lock() after nbmp.set_start_method(...), or ctx=nbmp.get_context(method).")
+    exc.add_note(note)
 
 
 def _locate(roots: Mapping[str, Any]) -> Tuple[str, Any]:

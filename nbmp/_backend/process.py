@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 from multiprocessing import process
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
@@ -28,8 +28,20 @@ from . import cells as _cells, pickling as _pickling, posix as _posix
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
 
-def _rebuild_process(cells: Any, data: bytes) -> process.BaseProcess:
+class _StartMethods(Protocol):
+    def get_start_method(self, allow_none: bool = False) -> str: ...
+    def set_start_method(self, method: Optional[str], force: bool = False) -> None: ...
+
+
+# nbmp's default context, set by .context when it is made: that module imports this
+# one, so this one never imports it.
+default_context: Optional[_StartMethods] = None
+
+
+def _rebuild_process(cells: Any, data: bytes, method: Optional[str] = None) -> process.BaseProcess:
     _cells.install_cell_sources(cells)
+    if method is not None and default_context is not None:  # the child inherits its start method, as in the stdlib
+        default_context.set_start_method(method, force=True)
     cls, state = _pickling.loads(data)
     obj: process.BaseProcess = cls.__new__(cls)
     obj.__dict__.update(state)
@@ -77,12 +89,18 @@ class _NbmpProcess(process.BaseProcess):
         _forking.start_child(self)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
-    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes]]:
+    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private
                  f"the {type(self).__qualname__} object": self}
-        action = f"start a process with the {self._start_method!r} start method"
+        method = self._start_method or _default_method()
+        action = f"start a process with the {method!r} start method"
         return _rebuild_process, (_cells.cell_sources(),
-                                  _pickling.dumps_explained((type(self), vars(self)), roots, action))
+                                  _pickling.dumps_explained((type(self), vars(self)), roots, action), method)
+
+
+def _default_method() -> str:
+    assert default_context is not None, "nbmp._backend.context sets it when imported"
+    return default_context.get_start_method()
 
 
 class ForkProcess(_NbmpProcess):

@@ -5,10 +5,11 @@ What differs from ``multiprocessing.queues``:
 * ``SimpleQueue`` runs on an nbmp :class:`~nbmp._backend.connection.Connection` pair and
   its ``put`` pickles with nbmp's pickler; a Pool built on it (``Pool`` talks to
   the connections directly) gets cloudpickle for tasks and results for free.
-* ``Queue`` and ``JoinableQueue`` pickle in their feeder thread, as the stdlib
-  does, but the object is wrapped so that the feeder's ``ForkingPickler`` hands
-  it to nbmp's pickler. The receiving side is untouched: nbmp's pickles load
-  with plain pickle.
+* ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib
+  pickles in the feeder thread, where a failure is printed and the item lost);
+  the feeder sends the bytes. As with torch's and loky's queues, the object is
+  captured as it is at ``put``. The receiving side is untouched: nbmp's pickles
+  load with plain pickle.
 
 Both pickle inside ``_PICKLING``, a :class:`~nbmp._forking.ForkLock`: the Queue
 feeder thread and a Pool's task-handler thread pickle in the background, and a
@@ -31,24 +32,28 @@ __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 _PICKLING = _forking.ForkLock("queue pickling")
 
 
-class _ByNbmp:
-    """Wraps a queued object so that the stdlib feeder pickles it with nbmp."""
+class _Pickled:
+    """A queued object already pickled by nbmp: the stdlib feeder sends the bytes as they are."""
 
-    __slots__ = ("obj",)
+    __slots__ = ("data",)
 
-    def __init__(self, obj: Any) -> None:
-        self.obj = obj
+    def __init__(self, data: bytes) -> None:
+        self.data = data
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        with _PICKLING:  # runs in the stdlib's feeder thread
-            data = _pickling.dumps_explained(self.obj, {"the object put": self.obj}, "put it on a Queue")
-        return _pickling.loads, (data,)
+        return _pickling.loads, (self.data,)
 
 
 class _PutByNbmp:
     def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
-        """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle)."""
-        super().put(_ByNbmp(obj), block, timeout)  # type: ignore[misc]  # a mixin: next in the MRO is a stdlib Queue
+        """Put ``obj`` on the queue, pickled now, by nbmp's pickler (cloudpickle): an object that
+        cannot be sent raises here, in the caller (the stdlib's feeder thread would print the
+        error and drop the item, and ``get()`` would wait forever)."""
+        if self._closed:  # type: ignore[attr-defined]  # stdlib private: the stdlib checks it first
+            raise ValueError(f"Queue {self!r} is closed")
+        with _PICKLING:  # a Pool's or an executor's background thread may put here
+            data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a Queue")
+        super().put(_Pickled(data), block, timeout)  # type: ignore[misc]  # a mixin: next in the MRO is a stdlib Queue
 
 
 class Queue(_PutByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[Any] fails at runtime before Python 3.12

@@ -3,12 +3,15 @@
 ``pool`` (``Pool``, ``parallel_map``), ``worker`` (the worker loop and its task
 slot), ``watch`` (the parent's watch over the workers), ``errors`` (what the caller
 gets when a task fails or a worker dies), ``progress`` (progress of a map),
-``serial`` (torch_xla's ``SerialExecutor`` and ``ForkShared``). A peer of
+``serial`` (torch_xla's ``SerialExecutor`` and ``ForkShared``), ``executor``
+(``ProcessPoolExecutor``, the ``concurrent.futures`` executor on nbmp's workers). A peer of
 ``_spawn``; neither imports the other.
 """
 
 from .errors import RemoteTaskError, WorkerLostError
+from .executor import ProcessPoolExecutor
 from .pool import Pool, parallel_map
 from .serial import ForkShared, SerialExecutor
 
-__all__ = ["Pool", "parallel_map", "RemoteTaskError", "WorkerLostError", "SerialExecutor", "ForkShared"]
+__all__ = ["Pool", "parallel_map", "RemoteTaskError", "WorkerLostError", "SerialExecutor", "ForkShared",
+           "ProcessPoolExecutor"]

@@ -122,13 +122,18 @@ def _discard(fd: int, path: str) -> None:
         os.unlink(path)
 
 
-def create(nbytes: int) -> Buffer:
-    """A new zero-filled segment of ``nbytes``, mapped and held by this process."""
+def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None) -> Buffer:
+    """A new zero-filled segment of ``nbytes``, mapped and held by this process.
+
+    ``opened(fd, size)``, if given, is called while the segment's file is open (to map it
+    a second time, by another library: torch's shared storages)."""
     size = max(nbytes, 1)
     fd, seg, path = _open_new(size)
     try:
         _space.reserve(fd, size, path if path != "-" else "a memory file")
         mm = _map(fd, size)
+        if opened is not None:
+            opened(fd, size)
         root = _client.tree_root()
         _client.send(root, f"new {seg} {size} {path}\n", [fd] if path == "-" else ())
     except BaseException:

@@ -2,9 +2,13 @@
 
 Installed the first time torch is imported (never imported here to register).
 A tensor whose storage lies in an nbmp segment crosses as a handle (its storage
-offset, size and strides travel along, so views stay views); a big unshared CPU
-tensor is copied once into a new segment; a small one goes by torch's own
-pickling. ``nn.Parameter`` comes back as a Parameter with its ``requires_grad``.
+offset, size and strides travel along, so views stay views). An unshared CPU
+tensor is first *moved* into a new segment in place, whatever its size, as
+``torch.multiprocessing`` does: its storage's memory is swapped for a mapping of
+the segment made by torch (so ``t.is_shared()`` is True and every view follows),
+which nbmp maps a second time for its registry and its hold. A storage torch will
+not swap is copied instead (a big one into a segment, a small one by torch's own
+pickling). ``nn.Parameter`` comes back as a Parameter with its ``requires_grad``.
 
 "Torch's own pickling" means ``Tensor.__reduce_ex__`` (a copy of the bytes), not
 the reducers ``torch.multiprocessing`` puts in the stdlib's ForkingPickler table,
@@ -18,8 +22,10 @@ that would silently stop sharing writes.
 
 from __future__ import annotations
 
+import ctypes
 import pickle
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .._backend import pickling as _pickling
 from . import _segments, _strategies
@@ -32,14 +38,32 @@ __all__ = ["install", "share_", "is_shared", "check_cpu"]
 def check_cpu(t: "torch.Tensor") -> None:
     """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
     if t.device.type != "cpu":
-        raise ValueError(
+        raise _pickling.Refusal(
             f"a {t.device.type.upper()} tensor ({t.device}) cannot be put in nbmp's shared memory, which "
             f"holds CPU memory only. Fix: send t.cpu() and move it back with .to('{t.device}') in the "
             f"receiver, or create it on the device inside the worker (start_method='spawn' for CUDA work).")
 
 
+# Storages moved into a segment by share_: torch maps the segment (so ``t.is_shared()`` is
+# True, as after ``share_memory_()``) and nbmp maps it too (its registry, its hold). Keyed
+# by the storage's address; the entry (and with it nbmp's mapping and hold) goes when the
+# storage dies.
+_moved: Dict[int, Tuple[_segments.Mapped, Any]] = {}
+
+
+_moved_by_seg: Dict[str, "weakref.ref[Any]"] = {}
+
+
+def _forget(start: int, seg: str) -> None:
+    _moved.pop(start, None)
+    _moved_by_seg.pop(seg, None)
+
+
 def _storage_segment(t: "torch.Tensor") -> Optional[Tuple[_segments.Mapped, int]]:
     storage = t.untyped_storage()
+    moved = _moved.get(storage.data_ptr())
+    if moved is not None:
+        return moved[0], 0
     mapped = _segments.find(storage.data_ptr())
     if mapped is None or storage.data_ptr() + storage.nbytes() > mapped.start + mapped.size:
         return None
@@ -57,17 +81,29 @@ def _uint8_over(mm: Any, offset: int, nbytes: int) -> "torch.Tensor":
 
 
 def share_(t: "torch.Tensor") -> "torch.Tensor":
-    """Move ``t``'s storage into a new nbmp segment, in place (like ``Tensor.share_memory_``)."""
+    """Move ``t``'s storage into a new nbmp segment, in place, like ``Tensor.share_memory_``:
+    every tensor on that storage (views included) follows, and ``t.is_shared()`` is True."""
     import torch
     check_cpu(t)
-    if _storage_segment(t) is not None:
+    if _storage_segment(t) is not None or t.device.type != "cpu":
         return t
     storage = t.untyped_storage()
     nbytes = storage.nbytes()
-    moved = _uint8_over(_segments.create(nbytes), 0, nbytes)
-    moved.copy_(torch.empty(0, dtype=torch.uint8).set_(storage))
-    with torch.no_grad():
-        t.set_(moved.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+    if nbytes == 0:  # nothing to move; torch's share_memory_ of an empty tensor is a no-op too
+        return t
+    by_torch: List[Any] = []
+    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(
+        torch.UntypedStorage.from_file(f"/proc/self/fd/{fd}", True, size)))
+    moved = by_torch[0]
+    moved.copy_(storage)
+    storage._swap_data_ptr_(moved)  # type: ignore[attr-defined]  # torch private, untyped. Now the storage holds torch's mapping, `moved` the old memory
+    mapped = _segments.find(ctypes.addressof(buf))
+    if mapped is None:  # create() registers it: cannot happen
+        raise RuntimeError("nbmp: a new shared-memory segment is missing from the registry")
+    start = storage.data_ptr()
+    _moved[start] = (mapped, buf)
+    _moved_by_seg[mapped.seg] = weakref.ref(storage)
+    weakref.finalize(storage, _forget, start, mapped.seg).atexit = False
     return t
 
 
@@ -84,9 +120,13 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
             or t.is_quantized or t.is_nested:
         return t.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
     if t.requires_grad and not t.is_leaf:
-        raise ValueError("cannot send a tensor that requires grad and is not a leaf: autograd does not cross "
-                         "processes. Fix: send t.detach() (and call requires_grad_() in the receiver).")
+        raise RuntimeError(  # torch's type and words (torch.multiprocessing.reductions), with the fix
+            "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not support "
+            "crossing process boundaries. Fix: send t.detach() (and call requires_grad_() in the receiver).")
     found = _storage_segment(t)
+    if found is None and not t.is_shared() and not _pickling.probing() and t.untyped_storage().nbytes():
+        _move(t)  # torch.multiprocessing's contract: the sender's tensor moves to shared memory, in place
+        found = _storage_segment(t)
     if found is not None:
         mapped, offset = found
         handle = _segments.ticket_for(mapped)
@@ -98,6 +138,13 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
     if t.untyped_storage().nbytes() < _strategies.get_sharing_threshold():
         return _rebuild_small, (_contiguous_bytes(t).tobytes(), t.dtype, tuple(t.size()), cls, t.requires_grad)
     return _reduce_moved(t, cls)
+
+
+def _move(t: "torch.Tensor") -> None:
+    try:
+        share_(t)
+    except RuntimeError:  # a storage torch will not swap (not resizable, not owned): it is copied
+        pass
 
 
 def _contiguous_bytes(t: "torch.Tensor") -> Any:
@@ -142,7 +189,11 @@ def _rebuild_tensor(handle: _segments.Handle, layout: Tuple[int, int, int, Tuple
                     dtype: "torch.dtype", cls: type, requires_grad: bool) -> "torch.Tensor":
     import torch
     offset, nbytes, storage_offset, size, stride = layout
-    storage = _uint8_over(_segments.attach(handle), offset, nbytes).untyped_storage()
+    mm = _segments.attach(handle)
+    ours = _moved_by_seg.get(handle.seg)
+    storage = ours() if ours is not None else None  # a storage this process moved: the same memory, torch's mapping
+    if storage is None:
+        storage = _uint8_over(mm, offset, nbytes).untyped_storage()
     return _finish(torch.empty(0, dtype=dtype).set_(storage, storage_offset, size, stride), cls, requires_grad)
 
 

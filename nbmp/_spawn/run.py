@@ -29,7 +29,7 @@ from .supervisor import Supervisor, Worker
 from .worker import Job, run
 from ..widgets import make_dashboard
 
-__all__ = ["spawn", "start_processes", "ProcessContext", "run_sink_factories"]
+__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "run_sink_factories"]
 
 DEFAULT_GRACE_PERIOD = 3.0
 # On KeyboardInterrupt workers get at most this long between SIGTERM and SIGKILL.
@@ -59,6 +59,18 @@ class ProcessContext:
     def pids(self) -> List[int]:
         """The workers' process ids, by index."""
         return [int(process.pid) for process in self.processes]
+
+    @property
+    def sentinels(self) -> Dict[int, int]:
+        """``{process.sentinel: index}`` for the workers that have not exited, as torch's
+        (torch removes a worker as ``join`` sees it exit; here, as it exits)."""
+        return {p.sentinel: i for i, p in enumerate(self.processes) if p.exitcode is None}
+
+    @property
+    def error_files(self) -> List[Optional[str]]:
+        """torch's per-worker error-file paths: all None, since nbmp's workers report their
+        tracebacks over a pipe, not a file (read ``join``'s exception instead)."""
+        return [None] * len(self.processes)
 
     @property
     def results(self) -> Optional[List[Any]]:
@@ -116,6 +128,10 @@ class ProcessContext:
     def __repr__(self) -> str:
         state = "done" if self._supervisor.done.is_set() else "running"
         return f"<nbmp.ProcessContext run {self._supervisor.run_id}: {len(self.processes)} processes, {state}>"
+
+
+SpawnContext = ProcessContext
+"""torch's old name for :class:`ProcessContext` (``torch.multiprocessing.SpawnContext``), kept for code that uses it."""
 
 
 def _wait(sup: Supervisor, timeout: Optional[float]) -> bool:

@@ -1,0 +1,131 @@
+"""``nbmp.ProcessPoolExecutor``: the standard ``concurrent.futures`` executor on nbmp.
+
+What differs from ``concurrent.futures.ProcessPoolExecutor``:
+
+* its workers are started from an nbmp context (``mp_context=None`` means nbmp's
+  default, fork first), so they get nbmp's fork-safety handling;
+* each call (function, args, kwargs) is pickled by nbmp's pickler in ``submit`` and
+  travels as bytes inside the stdlib's ``_CallItem`` (as loky does): lambdas and
+  cell-defined functions work under every start method, arrays and tensors go by
+  shared memory. Results come back through the context's ``SimpleQueue``, which for an
+  nbmp context pickles with nbmp too;
+* a call that cannot be pickled fails its future (``result()`` raises), as the stdlib's
+  does, but with nbmp's message that names the culprit;
+* a worker that dies makes the pending futures raise ``BrokenProcessPool`` whose message
+  names the worker's pid and exit code or signal and the likely cause (the
+  :class:`nbmp.WorkerLostError` chained as ``__cause__``), where the stdlib only says
+  "terminated abruptly".
+
+The standard executor given ``mp_context=nbmp.get_context()`` starts nbmp processes
+and gets results by cloudpickle, but its calls still cross by the standard pickler:
+a lambda or cell-defined function fails there.
+"""
+
+from __future__ import annotations
+
+import pickle
+from concurrent.futures import Future, InvalidStateError, process
+from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from .._backend import pickling as _pickling
+from .errors import Death, WorkerLostError
+
+__all__ = ["ProcessPoolExecutor"]
+
+
+def _call_pickled(data: bytes) -> Any:
+    fn, args, kwargs = pickle.loads(data)
+    return fn(*args, **kwargs)
+
+
+class _ManagerThread(process._ExecutorManagerThread):
+    """The stdlib's manager thread, telling which worker died and how."""
+
+    processes: Dict[int, Any]
+    pending_work_items: Dict[int, Any]
+
+    def terminate_broken(self, cause: Any) -> None:
+        lost = self._lost_worker()
+        if lost is not None:
+            broken = BrokenProcessPool(f"{lost} The process pool is not usable anymore; create a new one.")
+            broken.__cause__ = lost
+            for work_item in self.pending_work_items.values():
+                try:
+                    work_item.future.set_exception(broken)
+                except InvalidStateError:  # cancelled meanwhile
+                    pass
+            self.pending_work_items.clear()
+        super().terminate_broken(cause)
+
+    def _lost_worker(self) -> Optional[WorkerLostError]:
+        workers = list(self.processes.values())
+        dead = set(wait([p.sentinel for p in workers], timeout=0))
+        for index, p in enumerate(workers):
+            if p.sentinel in dead:
+                p.join(1.0)
+                if p.exitcode:
+                    error = Death(index, p.pid, p.exitcode, None).error(
+                        "while the executor's futures were running or pending", "Their futures fail with this error.")
+                    error.args = (error.args[0].replace("Pool worker", "ProcessPoolExecutor worker", 1),)
+                    return error
+        return None
+
+
+class ProcessPoolExecutor(process.ProcessPoolExecutor):
+    """``concurrent.futures.ProcessPoolExecutor`` on nbmp: cloudpickle, sharing, clear crashes.
+
+    Same arguments and API as the standard executor (``submit``, ``map`` with
+    ``chunksize``, ``shutdown(wait, cancel_futures=...)``, context manager, usable with
+    ``asyncio``'s ``loop.run_in_executor``); ``mp_context=None`` means nbmp's default
+    context. Calls may be lambdas or cell-defined functions under every start method.
+    A worker that dies makes the pending futures raise ``BrokenProcessPool`` naming its
+    exit code or signal.
+
+    Example::
+
+        >>> with nbmp.ProcessPoolExecutor(2) as ex:
+        ...     list(ex.map(lambda x: x * x, range(4)))
+        [0, 1, 4, 9]
+    """
+
+    _mp_context: Any
+    _broken: Any
+    _shutdown_thread: bool
+    _shutdown_lock: Any
+    _executor_manager_thread: Any
+    _executor_manager_thread_wakeup: Any
+
+    def __init__(self, max_workers: Optional[int] = None, mp_context: Any = None,
+                 initializer: Optional[Callable[..., Any]] = None, initargs: Tuple[Any, ...] = (),
+                 **kwargs: Any) -> None:
+        if mp_context is None:
+            from .._backend import default_context
+            mp_context = default_context.get_context()
+        super().__init__(max_workers, mp_context, initializer, initargs, **kwargs)
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
+        """Schedule ``fn(*args, **kwargs)``; it is pickled now, by nbmp's pickler (cloudpickle)."""
+        try:
+            data = _pickling.dumps_explained((fn, args, kwargs), {"the function": fn, "args": args, "kwargs": kwargs},
+                                             "submit it to a ProcessPoolExecutor")
+        except Exception as exc:  # the stdlib fails the future, not the call: so does nbmp
+            with self._shutdown_lock:
+                if self._broken:
+                    raise BrokenProcessPool(self._broken) from None
+                if self._shutdown_thread:
+                    raise RuntimeError("cannot schedule new futures after shutdown") from None
+            failed: Future[Any] = Future()
+            failed.set_exception(exc)
+            return failed
+        return super().submit(_call_pickled, data)
+
+    def _start_executor_manager_thread(self) -> None:
+        # The stdlib's, building nbmp's manager thread (the stdlib names its class inline).
+        if self._executor_manager_thread is None:
+            if not getattr(self, "_safe_to_dynamically_spawn_children", True):  # 3.11+: under fork
+                self._launch_processes()  # type: ignore[attr-defined]  # stdlib private
+            self._executor_manager_thread = _ManagerThread(self)
+            self._executor_manager_thread.start()
+            process._threads_wakeups[self._executor_manager_thread] = self._executor_manager_thread_wakeup

@@ -1,0 +1,32 @@
+"""``multiprocessing.context``, mirrored: nbmp's contexts and process classes.
+
+What differs from the standard module: ``BaseContext``, ``DefaultContext``,
+``ForkContext``, ``SpawnContext`` and ``ForkServerContext`` are nbmp's (fork first,
+cloudpickle on every channel; see :mod:`nbmp._context`), and ``Process`` and the
+per-method process classes are nbmp's. ``assert_spawning`` and the spawning-popen
+helpers are the standard ones: nbmp starts children through the standard popen classes.
+
+Note the name clash with ``torch.multiprocessing``: ``nbmp.SpawnContext`` (top level)
+is torch's alias for :class:`nbmp.ProcessContext`; ``nbmp.context.SpawnContext`` is
+the context of the ``"spawn"`` start method, as in ``multiprocessing.context``.
+
+Example::
+
+    >>> from nbmp.context import SpawnContext
+    >>> SpawnContext().get_start_method()
+    'spawn'
+"""
+
+from multiprocessing.context import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)
+    AuthenticationError, BufferTooShort, ProcessError, TimeoutError, assert_spawning, get_spawning_popen,
+    reduction, set_spawning_popen,
+)
+
+from ._backend.context import (  # noqa: F401
+    BaseContext, DefaultContext, ForkContext, ForkServerContext, SpawnContext, _concrete_contexts,
+    default_context as _default_context,
+)
+from ._backend.context import DefaultProcess as Process  # noqa: F401
+from ._backend.process import ForkProcess, ForkServerProcess, SpawnProcess  # noqa: F401
+
+__all__ = ()  # as the standard module's

@@ -1,0 +1,21 @@
+"""``multiprocessing.dummy``, mirrored: the thread-backed API, which pickles nothing, so
+it is the standard one.
+
+Example::
+
+    >>> from nbmp.dummy import Pool
+    >>> with Pool(2) as pool:
+    ...     pool.map(lambda x: x + 1, [1, 2])
+    [2, 3]
+"""
+
+from multiprocessing.dummy import (  # noqa: F401  (the mirror of the standard module)
+    Array, Barrier, BoundedSemaphore, Condition, DummyProcess, Event, JoinableQueue, Lock, Manager, Namespace,
+    Pipe, Pool, Process, Queue, RLock, Semaphore, Value, active_children, current_process, freeze_support,
+    shutdown,
+)
+
+from . import connection  # noqa: F401  (as the standard package does)
+
+__all__ = ["Process", "current_process", "active_children", "freeze_support", "Lock", "RLock", "Semaphore",
+           "BoundedSemaphore", "Condition", "Event", "Barrier", "Queue", "Manager", "Pipe", "Pool", "JoinableQueue"]

@@ -1,0 +1,20 @@
+"""``multiprocessing.queues``, mirrored: the queues pickle with nbmp's pickler.
+
+What differs from the standard module: ``Queue``, ``JoinableQueue`` and ``SimpleQueue``
+are nbmp's (see :mod:`nbmp._queues`): cloudpickle on ``put``, and ``Queue.put`` raises in
+the caller for an object that cannot be sent. They take ``ctx=`` as the standard ones
+do; ``nbmp.Queue()`` passes nbmp's default context.
+
+Example::
+
+    >>> import nbmp
+    >>> from nbmp.queues import Queue
+    >>> q = Queue(ctx=nbmp.get_context("spawn")); q.put(lambda: 1); q.get()()
+    1
+"""
+
+from queue import Empty, Full  # noqa: F401  (as multiprocessing.queues imports them)
+
+from ._backend.queues import JoinableQueue, Queue, SimpleQueue
+
+__all__ = ["Queue", "SimpleQueue", "JoinableQueue"]

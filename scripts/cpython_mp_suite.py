@@ -1,0 +1,243 @@
+"""Run CPython's own multiprocessing tests with nbmp in place of ``multiprocessing``.
+
+    python scripts/cpython_mp_suite.py [--methods fork spawn forkserver] [--types processes manager]
+
+For each start method it runs ``test._test_multiprocessing`` (the interpreter's test
+package; pyenv and python.org builds ship it) twice, in fresh interpreters: once as is
+(the standard module) and once with ``sys.modules["multiprocessing"]`` and the mirrored
+submodules (``multiprocessing.pool``, ``.connection``, ``.queues``, ...) replaced by
+overlays that answer with nbmp's objects first and the standard module's for the rest
+(private names the tests poke at, such as ``multiprocessing.process._dangling``). The
+test classes are built as ``Lib/test/test_multiprocessing_<method>`` builds them
+(``install_tests_in_module_dict``), so every ``self.Process``, ``self.Queue``,
+``self.Pool``, ``multiprocessing.get_context(...)`` and ``set_start_method`` in the
+tests is nbmp's. It prints, per method, the counts for both and the tests whose outcome
+differs; the exit status is 1 when nbmp fails a test the standard module passes.
+
+The child interpreters (spawn, forkserver) re-run this file as ``__mp_main__``: the
+swap happens at import, driven by environment variables, so they see the same modules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from typing import Any, Dict, List, Optional
+
+IMPL_VAR, METHOD_VAR, TYPES_VAR, ONLY_VAR = "NBMP_SUITE_IMPL", "NBMP_SUITE_METHOD", "NBMP_SUITE_TYPES", "NBMP_SUITE_ONLY"
+MODULE = "_nbmp_cpython_suite_tests"  # the test classes' importable home (spawn children unpickle them)
+MIRRORS = ["connection", "context", "dummy", "heap", "managers", "pool", "process", "queues", "reduction",
+           "shared_memory", "sharedctypes", "synchronize", "util"]
+STDLIB_ONLY = ["popen_fork", "popen_spawn_posix", "popen_forkserver", "forkserver", "resource_tracker",
+               "resource_sharer", "spawn", "dummy.connection"]
+
+
+# Tests where nbmp differs on purpose (docs/dropin.md says why); by test name, any class.
+DELIBERATE = {
+    "test_unpickleable_result": "the 'unpicklable' result is a lambda: cloudpickle sends it",
+    "test_queue_feeder_donot_stop_onexc": "Queue.put pickles in the caller: the error is raised there, not in the feeder",
+    "test_queue_feeder_on_queue_feeder_error": "Queue.put pickles in the caller: the error is raised there, not in the feeder",
+}
+
+
+# --------------------------------------------------------------------------
+# In the interpreter that runs the tests (and in its spawned children)
+# --------------------------------------------------------------------------
+
+class _Overlay(types.ModuleType):
+    """A module that answers with ``first``'s attributes, then ``then``'s."""
+
+    def __init__(self, name: str, first: types.ModuleType, then: types.ModuleType, **extra: Any) -> None:
+        super().__init__(name, then.__doc__)
+        self.__dict__.update(__file__=getattr(then, "__file__", None), __path__=getattr(then, "__path__", []),
+                             __spec__=getattr(then, "__spec__", None), _first=first, _then=then, **extra)
+
+    def __getattr__(self, attr: str) -> Any:
+        try:
+            return getattr(self._first, attr)
+        except AttributeError:
+            return getattr(self._then, attr)
+
+    # A test that patches a name nbmp does not define (``mock.patch("multiprocessing.shared_memory.
+    # _make_filename")``) must patch the standard module, whose code reads it.
+    def __setattr__(self, attr: str, value: Any) -> None:
+        if attr.startswith("__") or attr in ("_first", "_then") or hasattr(self._first, attr):
+            super().__setattr__(attr, value)
+        else:
+            setattr(self._then, attr, value)
+
+    def __delattr__(self, attr: str) -> None:
+        if attr in self.__dict__:
+            super().__delattr__(attr)
+        else:
+            delattr(self._then, attr)
+
+
+def swap_in_nbmp() -> None:
+    """Make ``import multiprocessing`` (and its mirrored submodules) give nbmp's objects."""
+    import importlib
+    import multiprocessing
+    import nbmp
+    subs = {}
+    for name in MIRRORS:
+        std, mirror = sys.modules[f"multiprocessing.{name}"], importlib.import_module(f"nbmp.{name}")
+        subs[name] = sys.modules[f"multiprocessing.{name}"] = _Overlay(f"multiprocessing.{name}", mirror, std)
+    # nbmp.spawn is torch's function; the tests mean the standard module of that name.
+    extra = {**subs, "spawn": sys.modules["multiprocessing.spawn"]}
+    sys.modules["multiprocessing"] = _Overlay("multiprocessing", nbmp, multiprocessing, **extra)
+
+
+def build_tests() -> types.ModuleType:
+    """The module holding the test classes for this interpreter's method and types."""
+    import importlib
+    for name in MIRRORS + STDLIB_ONLY:  # every stdlib submodule loads now, against the real package
+        importlib.import_module(f"multiprocessing.{name}")
+    swapped = os.environ.get(IMPL_VAR) == "nbmp"
+    standard = {name: mod for name, mod in sys.modules.items() if name.startswith("multiprocessing.")}
+    if swapped:
+        swap_in_nbmp()
+    import test._test_multiprocessing as suite
+    # The test module now holds the overlays (its global ``multiprocessing`` and what it
+    # imported by name). The submodules go back into sys.modules: pickling a standard
+    # function by reference (``sharedctypes.synchronized`` in a Value's reduction) looks its
+    # module up there and must find the very same object.
+    sys.modules.update({name: mod for name, mod in standard.items() if name in sys.modules})
+    module = types.ModuleType(MODULE)
+    sys.modules[MODULE] = module
+    for type_ in os.environ.get(TYPES_VAR, "processes manager").split():
+        suite.install_tests_in_module_dict(module.__dict__, os.environ.get(METHOD_VAR, "fork"), only_type=type_)
+    return module
+
+
+def run_tests(module: types.ModuleType) -> None:
+    """Run the tests, printing one ``@@ outcome test_id`` line per test as it ends."""
+    import signal
+    import unittest
+    # A driver started in the background (``make cpython-suite &``) hands its children
+    # SIGINT ignored; the tests that send SIGINT expect Python's default handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    class Result(unittest.TextTestResult):
+        def _report(self, outcome: str, test: Any) -> None:
+            print(f"@@ {outcome} {test.id()}", file=sys.__stdout__, flush=True)
+
+        def addSuccess(self, test: Any) -> None:
+            super().addSuccess(test); self._report("ok", test)
+
+        def addFailure(self, test: Any, err: Any) -> None:
+            super().addFailure(test, err); self._report("FAIL", test)
+
+        def addError(self, test: Any, err: Any) -> None:
+            super().addError(test, err); self._report("ERROR", test)
+
+        def addSkip(self, test: Any, reason: str) -> None:
+            super().addSkip(test, reason); self._report("skip", test)
+
+        def addExpectedFailure(self, test: Any, err: Any) -> None:
+            super().addExpectedFailure(test, err); self._report("ok", test)
+
+        def addUnexpectedSuccess(self, test: Any) -> None:
+            super().addUnexpectedSuccess(test); self._report("ok", test)
+
+    loader = unittest.TestLoader()
+    tests = unittest.TestSuite([loader.loadTestsFromTestCase(obj) for name, obj in sorted(vars(module).items())
+                                if isinstance(obj, type) and issubclass(obj, unittest.TestCase)])
+    only = os.environ.get(ONLY_VAR)
+    if only:  # --only: the tests whose id contains one of these words
+        tests = unittest.TestSuite([t for t in _flatten(tests) if any(w in t.id() for w in only.split())])
+    module.setUpModule()
+    try:
+        unittest.TextTestRunner(stream=sys.stderr, resultclass=Result, verbosity=0).run(tests)
+    finally:
+        module.tearDownModule()
+
+
+def _flatten(suite: Any) -> List[Any]:
+    import unittest
+    if isinstance(suite, unittest.TestSuite):
+        return [t for s in suite for t in _flatten(s)]
+    return [suite]
+
+
+if os.environ.get(IMPL_VAR):  # a test interpreter, or one of its spawned children: build the same tests
+    _tests = build_tests()
+
+
+# --------------------------------------------------------------------------
+# The driver
+# --------------------------------------------------------------------------
+
+def run_one(impl: str, method: str, types_: List[str], timeout: float, only: List[str]) -> Dict[str, Any]:
+    env = {**os.environ, IMPL_VAR: impl, METHOD_VAR: method, TYPES_VAR: " ".join(types_), ONLY_VAR: " ".join(only)}
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        hung = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        hung = True
+    outcomes: Dict[str, str] = {}
+    for line in out.splitlines():
+        if line.startswith("@@ "):
+            _, outcome, test_id = line.split(" ", 2)
+            outcomes[test_id.split(".", 1)[1]] = outcome
+    return {"outcomes": outcomes, "hung": hung, "seconds": round(time.monotonic() - started),
+            "stderr_tail": err[-4000:], "returncode": proc.returncode}
+
+
+def count(outcomes: Dict[str, str]) -> Dict[str, int]:
+    counts = {"ok": 0, "FAIL": 0, "ERROR": 0, "skip": 0}
+    for outcome in outcomes.values():
+        counts[outcome] += 1
+    return counts
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--methods", nargs="+", default=["fork", "spawn", "forkserver"])
+    parser.add_argument("--types", nargs="+", default=["processes", "manager"])
+    parser.add_argument("--impls", nargs="+", default=["stdlib", "nbmp"])
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds per run (default 1200)")
+    parser.add_argument("--only", nargs="+", default=[], help="run only the tests whose id contains one of these")
+    parser.add_argument("--json", help="also write the full results here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        run_tests(_tests)
+        return 0
+    try:
+        import test._test_multiprocessing  # noqa: F401
+    except ImportError as exc:
+        print(f"this interpreter has no test package ({exc}); nothing to run", file=sys.stderr)
+        return 0
+    results: Dict[str, Dict[str, Any]] = {}
+    regressions = 0
+    for method in args.methods:
+        for impl in args.impls:
+            results[f"{impl}/{method}"] = run = run_one(impl, method, args.types, args.timeout, args.only)
+            print(f"{method:10} {impl:6} {count(run['outcomes'])} in {run['seconds']} s"
+                  f"{'  HUNG (killed)' if run['hung'] else ''}", flush=True)
+        if set(args.impls) == {"stdlib", "nbmp"}:
+            std, ours = results[f"stdlib/{method}"]["outcomes"], results[f"nbmp/{method}"]["outcomes"]
+            for test_id in sorted(set(std) | set(ours)):
+                if std.get(test_id) != ours.get(test_id):
+                    why = DELIBERATE.get(test_id.rsplit(".", 1)[-1])
+                    print(f"    {test_id}: stdlib {std.get(test_id, 'not run')}, nbmp {ours.get(test_id, 'not run')}"
+                          f"{f'  (deliberate: {why})' if why else ''}")
+                    regressions += std.get(test_id) == "ok" and ours.get(test_id) != "ok" and not why
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 1 if regressions else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

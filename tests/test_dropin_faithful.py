@@ -1,0 +1,128 @@
+"""Where nbmp now behaves as the standard module: a child inherits the start method it was
+started with, and errors raised while pickling keep their type."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+import time
+
+import pytest
+
+import nbmp
+from conftest import TIMEOUT
+from helpers import run_main
+
+SPAWNING = [m for m in nbmp.get_all_start_methods() if m != "fork"]
+
+GRANDCHILD = """
+    import nbmp
+    def grandchild(q):
+        q.put(("grandchild", nbmp.get_start_method()))
+        q.put(1)
+    def child(q):
+        q.put(("child", nbmp.get_start_method()))
+        p = nbmp.Process(target=grandchild, args=(q,)); p.start(); p.join()
+        q.put(2)
+    if __name__ == "__main__":
+        {setup}
+        q = {queue}
+        p = {process}(target=child, args=(q,)); p.start()
+        got = [q.get(timeout=60) for _ in range(4)]
+        p.join()
+        print(sorted(x for x in got if isinstance(x, int)), dict(x for x in got if isinstance(x, tuple)))
+"""
+
+
+@pytest.mark.parametrize("method", SPAWNING)
+def test_a_child_inherits_the_default_start_method(method):
+    out = run_main(GRANDCHILD.format(setup=f"nbmp.set_start_method({method!r}, force=True)",
+                                     queue="nbmp.Queue()", process="nbmp.Process"))
+    assert out.strip() == f"[1, 2] {{'child': {method!r}, 'grandchild': {method!r}}}"
+
+
+@pytest.mark.parametrize("method", SPAWNING)
+def test_a_child_inherits_the_context_it_was_started_with(method):
+    out = run_main(GRANDCHILD.format(setup=f"ctx = nbmp.get_context({method!r})",
+                                     queue="ctx.Queue()", process="ctx.Process"))
+    assert out.strip() == f"[1, 2] {{'child': {method!r}, 'grandchild': {method!r}}}"
+
+
+class RaisesInReduce:
+    def __reduce__(self):
+        raise RuntimeError("my own reduce failed")
+
+
+def test_an_error_raised_by_user_code_while_pickling_keeps_its_type():
+    a, b = nbmp.Pipe()
+    try:
+        with pytest.raises(RuntimeError, match="my own reduce failed") as info:
+            a.send({"key": RaisesInReduce()})
+        assert not isinstance(info.value, nbmp.PicklingError)
+        if hasattr(info.value, "__notes__"):
+            assert "the object sent['key']" in info.value.__notes__[0]
+    finally:
+        a.close(), b.close()
+
+
+@pytest.mark.parametrize("method", SPAWNING)
+def test_process_args_error_keeps_its_type(method):
+    p = nbmp.get_context(method).Process(target=print, args=(RaisesInReduce(),))
+    with pytest.raises(RuntimeError, match="my own reduce failed"):
+        p.start()
+
+
+def test_what_the_pickler_refuses_is_still_a_picklingerror():
+    a, b = nbmp.Pipe()
+    try:
+        with pytest.raises(nbmp.PicklingError):
+            a.send(threading.Lock())
+    finally:
+        a.close(), b.close()
+
+
+def test_queue_put_of_an_unpicklable_object_raises_in_the_caller():
+    q = nbmp.Queue()
+    with pytest.raises(nbmp.PicklingError, match="the object put"):
+        q.put(threading.Lock())
+    with pytest.raises(RuntimeError, match="my own reduce failed"):
+        q.put(RaisesInReduce())
+    q.put("still usable")
+    assert q.get(timeout=TIMEOUT) == "still usable"
+    q.close(); q.join_thread()
+
+
+def test_queue_put_captures_the_object_at_put_time():
+    q, items = nbmp.Queue(), [1]
+    q.put(items)
+    items.append(2)
+    assert q.get(timeout=TIMEOUT) == [1]
+    q.close(); q.join_thread()
+
+
+def test_small_puts_stay_fast():
+    import multiprocessing
+    def rate(q):
+        start = time.perf_counter()
+        for i in range(2000):
+            q.put(i)
+        for _ in range(2000):
+            q.get(timeout=TIMEOUT)
+        q.close(); q.join_thread()
+        return time.perf_counter() - start
+    rate(nbmp.Queue())  # warm up the pickler
+    std = min(rate(multiprocessing.get_context("fork").Queue()) for _ in range(3))
+    ours = min(rate(nbmp.Queue()) for _ in range(3))
+    assert ours < 4 * std + 0.05, (ours, std)
+
+
+def test_a_non_leaf_tensor_that_requires_grad_gives_torchs_runtimeerror():
+    torch = pytest.importorskip("torch")
+    t = torch.ones(3, requires_grad=True) * 2
+    a, b = nbmp.Pipe()
+    try:
+        with pytest.raises(RuntimeError, match="non-leaf tensor which requires_grad") as info:
+            a.send(t)
+        assert not isinstance(info.value, pickle.PicklingError)
+    finally:
+        a.close(), b.close()

@@ -1,0 +1,122 @@
+"""The standard package's submodules, mirrored as ``nbmp.<name>``: every standard name
+resolves, and the mirrors are bound to nbmp's contexts where the standard ones bind their own."""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+
+import pytest
+
+import nbmp
+from conftest import TIMEOUT
+from helpers import run_main
+
+MIRRORED = ["pool", "connection", "sharedctypes", "queues", "synchronize", "util", "dummy", "dummy.connection",
+            "heap", "process", "reduction", "context", "managers", "shared_memory"]
+
+
+@pytest.mark.parametrize("name", MIRRORED)
+def test_every_standard_name_imports_from_the_mirror(name):
+    standard = importlib.import_module(f"multiprocessing.{name}")
+    mirror = importlib.import_module(f"nbmp.{name}")
+    for attr in standard.__all__:
+        namespace: dict = {}
+        exec(f"from nbmp.{name} import {attr}", namespace)
+        assert namespace[attr] is getattr(mirror, attr)
+    assert set(standard.__all__) <= set(mirror.__all__)
+
+
+def test_mirrors_are_reachable_after_import_nbmp_alone():
+    out = run_main(f"""
+        import nbmp as mp
+        for name in {[n for n in MIRRORED if "." not in n]!r}:
+            assert getattr(mp, name).__name__ == "nbmp." + name, name
+        print(mp.pool.ThreadPool is __import__("multiprocessing.pool").pool.ThreadPool, mp.connection.wait.__module__)
+    """)
+    assert out.split() == ["True", "multiprocessing.connection"]
+
+
+def test_nbmp_spawn_stays_the_torch_style_function():
+    assert nbmp.spawn is nbmp._spawn.spawn
+    with pytest.raises(AttributeError):
+        nbmp.no_such_submodule
+
+
+def test_pool_mirror_is_nbmps_pool():
+    assert nbmp.pool.Pool is nbmp._pool.Pool
+    with nbmp.pool.Pool(1) as pool:
+        assert pool.map(lambda x: x + 1, [1]) == [2]
+
+
+def test_queues_mirror_takes_a_context(start_method):
+    q = nbmp.queues.Queue(ctx=nbmp.get_context(start_method))
+    p = nbmp.get_context(start_method).Process(target=lambda q: q.put(lambda: 7), args=(q,))
+    p.start()
+    assert q.get(timeout=TIMEOUT)() == 7
+    p.join(TIMEOUT)
+    q.close(); q.join_thread()
+
+
+def test_connection_listener_and_client_send_with_cloudpickle():
+    with nbmp.connection.Listener(("localhost", 0)) as listener:
+        with nbmp.connection.Client(listener.address) as client, listener.accept() as server:
+            client.send(lambda: "from the client")
+            server.send(lambda: "from the server")
+            assert server.recv()() == "from the client"
+            assert client.recv()() == "from the server"
+            assert nbmp.connection.wait([client], timeout=0) == []
+
+
+def test_reduction_mirror_uses_nbmps_pickler_and_leaves_the_standard_one_alone():
+    from multiprocessing.reduction import ForkingPickler
+
+    class Marker:
+        pass
+
+    nbmp.reduction.register(Marker, lambda m: (str, ("reduced by nbmp",)))
+    try:
+        assert nbmp.reduction.ForkingPickler.loads(nbmp.reduction.ForkingPickler.dumps(Marker())) == "reduced by nbmp"
+        assert Marker not in ForkingPickler._extra_reducers
+    finally:
+        nbmp._backend.pickling._reducers.pop(Marker)
+
+
+def test_context_mirror_holds_nbmps_contexts():
+    assert nbmp.context.SpawnContext is nbmp._backend.context.SpawnContext
+    assert nbmp.context.Process is nbmp._backend.context.DefaultProcess
+    assert nbmp.context.assert_spawning is multiprocessing.context.assert_spawning
+
+
+def _increment(v):
+    with v.get_lock():
+        v.value += 1
+
+
+@pytest.mark.parametrize("lock_from", ["nbmp.sharedctypes", "a spawn context of the standard module"])
+def test_sharedctypes_lock_goes_to_a_spawned_nbmp_process(lock_from):
+    make = "nbmp.sharedctypes.Value('i', 0)" if lock_from == "nbmp.sharedctypes" else \
+        "multiprocessing.sharedctypes.Value('i', 0, ctx=multiprocessing.get_context('spawn'))"
+    out = run_main(f"""
+        import multiprocessing, multiprocessing.sharedctypes, nbmp, nbmp.sharedctypes
+        def increment(v):
+            with v.get_lock():
+                v.value += 1
+        if __name__ == "__main__":
+            nbmp.set_start_method("spawn", force=True)
+            v = {make}
+            p = nbmp.Process(target=increment, args=(v,)); p.start(); p.join()
+            print(p.exitcode, v.value)
+    """)
+    assert out.split() == ["0", "1"]
+
+
+def test_a_fork_context_lock_sent_to_a_spawned_child_names_the_method_and_the_fix():
+    v = multiprocessing.sharedctypes.Value("i", 0, ctx=multiprocessing.get_context("fork"))
+    p = nbmp.get_context("spawn").Process(target=_increment, args=(v,))
+    with pytest.raises(RuntimeError, match="fork context") as info:
+        p.start()
+    text = str(info.value) + "".join(getattr(info.value, "__notes__", []))
+    assert "None" not in text
+    if hasattr(info.value, "__notes__"):
+        assert "'spawn' start method" in text and "nbmp.sharedctypes" in text
