@@ -301,7 +301,7 @@ def test_parallel_map_raises_worker_lost():
 
 @pytest.mark.parametrize("call, error, match", [
     (lambda: nbmp.Pool(0), ValueError, "processes must be a positive int"),
-    (lambda: nbmp.Pool("2"), TypeError, "processes must be a positive int or None, not str '2'"),
+    (lambda: nbmp.Pool("2"), TypeError, "processes must be a positive int or None, not '2'"),
     (lambda: nbmp.Pool(1, initializer=3), TypeError, "initializer must be a callable"),
     (lambda: nbmp.parallel_map(abs, [1], workers=0), ValueError, "workers must be a positive int"),
     (lambda: nbmp.parallel_map(3, [1]), TypeError, "func must be callable, not 3"),
