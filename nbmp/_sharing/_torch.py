@@ -96,7 +96,8 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
         torch.UntypedStorage.from_file(f"/proc/self/fd/{fd}", True, size)))
     moved = by_torch[0]
     moved.copy_(storage)
-    storage._swap_data_ptr_(moved)  # type: ignore[attr-defined]  # torch private, untyped. Now the storage holds torch's mapping, `moved` the old memory
+    swap: Any = storage  # torch private, untyped (and torch may be absent where mypy runs)
+    swap._swap_data_ptr_(moved)  # now the storage holds torch's mapping, `moved` the old memory
     mapped = _segments.find(ctypes.addressof(buf))
     if mapped is None:  # create() registers it: cannot happen
         raise RuntimeError("nbmp: a new shared-memory segment is missing from the registry")
