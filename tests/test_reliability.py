@@ -200,7 +200,7 @@ def test_a_plain_process_keeps_the_standard_sigint_after_a_pool_started_the_fork
 
 
 def test_a_thread_whose_target_returned_is_not_a_user_thread():
-    from nbmp._fork_threads import _kind
+    from nbmp._forking.threads import _kind
     thread = threading.Thread(target=lambda: None, name="finished-but-listed")
     thread.run()  # what the thread does before threading drops it from enumerate(): its target is deleted
     assert _kind(thread) == "finished"
@@ -306,7 +306,7 @@ class _ClickStopWhenFirstIsDone:
         self.clicker = None
 
     def handle(self, event) -> None:
-        from nbmp import _events
+        from nbmp._base import events as _events
         from nbmp.widgets import _dashboard
         if isinstance(event, _events.RunStarted):
             self.run_id = event.run_id
