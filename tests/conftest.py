@@ -57,6 +57,15 @@ def start_method(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
+@pytest.fixture(params=nbmp.get_all_sharing_strategies())
+def strategy(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Run once per sharing strategy, restoring the one in force after."""
+    before = nbmp.get_sharing_strategy()
+    nbmp.set_sharing_strategy(request.param)
+    yield request.param
+    nbmp.set_sharing_strategy(before)
+
+
 @pytest.fixture
 def ctx(start_method: str) -> multiprocessing.context.BaseContext:
     return nbmp.get_context(start_method)

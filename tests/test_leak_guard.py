@@ -40,16 +40,10 @@ def test_a_semaphore_of_ours_is_named():
         os.unlink(os.path.join("/dev/shm", name))
 
 
-@pytest.mark.parametrize("strategy", nbmp.get_all_sharing_strategies())
 def test_a_live_segment_is_named_until_it_is_freed(strategy):
-    previous = nbmp.get_sharing_strategy()
-    nbmp.set_sharing_strategy(strategy)
-    try:
-        before = snapshot(GUARD)
-        kept = nbmp.zeros(1000, dtype="uint8")
-        leaks = left_behind(before, GUARD, timeout=0.2)
-    finally:
-        nbmp.set_sharing_strategy(previous)
+    before = snapshot(GUARD)
+    kept = nbmp.zeros(1000, dtype="uint8")
+    leaks = left_behind(before, GUARD, timeout=0.2)
     segments = leaks.pop("shared-memory segments")
     assert len(segments) == 1 and next(iter(segments)).endswith("(1000 bytes)")
     if strategy == "file_system":  # a named file too, after this process

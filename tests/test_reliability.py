@@ -252,14 +252,6 @@ def test_pool_after_pool_warns_about_no_thread_of_nbmp():
 # --------------------------------------------------------------------------
 
 
-@pytest.fixture(params=nbmp.get_all_sharing_strategies())
-def strategy(request: pytest.FixtureRequest):
-    before = nbmp.get_sharing_strategy()
-    nbmp.set_sharing_strategy(request.param)
-    yield request.param
-    nbmp.set_sharing_strategy(before)
-
-
 def _live_shared_memory():
     gc.collect()
     usage = nbmp.shm_usage()

@@ -16,15 +16,6 @@ from conftest import TIMEOUT
 MiB = 1 << 20
 
 
-@pytest.fixture(params=nbmp.get_all_sharing_strategies())
-def strategy(request: pytest.FixtureRequest):
-    """Run once per sharing strategy, restoring the default after."""
-    before = nbmp.get_sharing_strategy()
-    nbmp.set_sharing_strategy(request.param)
-    yield request.param
-    nbmp.set_sharing_strategy(before)
-
-
 def address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 

@@ -19,15 +19,6 @@ import nbmp
 from conftest import TIMEOUT
 from helpers import run_main
 
-STRATEGIES = nbmp.get_all_sharing_strategies()
-
-
-@pytest.fixture(params=STRATEGIES)
-def strategy(request: pytest.FixtureRequest):
-    before = nbmp.get_sharing_strategy()
-    nbmp.set_sharing_strategy(request.param)
-    yield request.param
-    nbmp.set_sharing_strategy(before)
 
 
 def wait_until(condition, what: str) -> None:
