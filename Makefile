@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 # The Pythons a user may install the wheel on (make wheel-check).
 WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
 
-.PHONY: test test-under-load typecheck lab demo notebooks docs browser-test bench clean venv wheel-check cpython-suite
+.PHONY: test test-under-load fault-campaign typecheck lab demo notebooks docs browser-test bench clean venv wheel-check cpython-suite
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ typecheck: venv
 ## (about 10 minutes on 2 cores; not part of `make test`). Deliberate differences: docs/dropin.md
 cpython-suite: venv
 	$(PY) scripts/cpython_mp_suite.py $(SUITE_ARGS)
+
+## make fault-campaign: the fault-injection suite's long run (scripts/fault_campaign.py): interrupts
+## at random moments of every call (a real kernel's %%nbmp too) and SIGKILLs of busy parents;
+## prints trials, lost interrupts, orphans, leaked bytes, slowest error (docs/reliability.md)
+FAULT_ARGS ?= --trials 1000 --seed 1
+fault-campaign: venv
+	$(PY) scripts/fault_campaign.py $(FAULT_ARGS)
 
 ## make test-under-load: the suite while a neighbour (scripts/shm_churn.py) does its own
 ## multiprocessing and /dev/shm work on the same machine: the leak guard counts only ours
@@ -90,7 +97,7 @@ browser-test: venv
 bench: venv
 	$(PIP) install -e '.[bench]'
 	mkdir -p build/bench
-	for b in spawn pool sharing dashboard; do \
+	for b in spawn pool sharing dashboard cluster; do \
 		PYTHONPATH=. $(PY) benchmarks/bench_$$b.py --plot docs/img/bench_$$b.png > build/bench/$$b.md || exit 1; \
 		cat build/bench/$$b.md; \
 	done

@@ -1,5 +1,7 @@
 """What the live dashboard costs: a 4-worker CPU-bound ``nbmp.spawn`` run with the
-dashboard off, as a terminal status line, and as the ipywidgets view, side by side.
+dashboard off, as a terminal status line, and as the ipywidgets view (plots included),
+side by side; then a 4-worker ``nbmp.Pool.map`` of CPU-bound chunks with the widget
+(plots and task timeline: one ``TaskRan`` event per chunk) against none.
 
 Each worker computes for about ``--seconds`` CPU-seconds in 20 steps and prints a line
 per step (relayed whole-line, and shown in the dashboard's output section). The widget
@@ -25,7 +27,7 @@ from typing import Dict, List, Optional
 
 import _plot
 import nbmp
-from nbmp.widgets import _choice
+from nbmp.widgets import _choice, _dashboard
 
 NPROCS, STEPS = 4, 20
 
@@ -63,18 +65,32 @@ def dashboard(mode: str) -> Optional[nbmp.Dashboard]:
         return None
     if mode == "widget":
         _choice._in_kernel = lambda: True  # the widget view without a kernel: comms go nowhere
+        _dashboard.live_widget_updates = lambda: True  # redraws while the run goes, as in ipykernel
     return nbmp.Dashboard(mode, stream=TTY(), watch=False)
 
 
-def run_once(mode: str, loops: int) -> Dict[str, float]:
-    board = dashboard(mode)
+def burn_item(loops: int) -> int:
+    x = 0
+    for k in range(loops):
+        x += k * k
+    return loops
+
+
+def run_once(mode: str, loops: int, pool: Optional[nbmp.Pool] = None) -> Dict[str, float]:
+    board = dashboard(mode.replace("pool ", ""))
     usage0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    with contextlib.redirect_stdout(TTY()):  # the workers' relayed lines
-        results = nbmp.spawn(burn, args=(loops,), nprocs=NPROCS, dashboard=False,
-                             sinks=[board] if board is not None else [])
+    if pool is not None:  # STEPS items per worker, four chunks per worker (the stdlib's default)
+        results = pool.map(burn_item, [loops] * (NPROCS * STEPS), progress=board if board is not None else False)
+        assert results == [loops] * (NPROCS * STEPS)
+    else:
+        with contextlib.redirect_stdout(TTY()):  # the workers' relayed lines
+            results = nbmp.spawn(burn, args=(loops,), nprocs=NPROCS, dashboard=False,
+                                 sinks=[board] if board is not None else [])
+        assert results == list(range(NPROCS))
+    if board is not None and mode.endswith("widget"):
+        board.html()  # the static snapshot a notebook's cell keeps when the run ends
     wall = time.perf_counter() - t0
     usage1 = resource.getrusage(resource.RUSAGE_SELF)
-    assert results == list(range(NPROCS))
     cpu = (usage1.ru_utime - usage0.ru_utime) + (usage1.ru_stime - usage0.ru_stime)
     thread_cpu = board.thread_cpu_seconds if board is not None else 0.0
     if board is not None:
@@ -89,25 +105,31 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="save a bar chart here (matplotlib)")
     args = parser.parse_args()
     loops = calibrate(args.seconds)
-    modes = ["off", "text", "widget"]
+    modes = ["off", "text", "widget", "pool off", "pool widget"]
     results: Dict[str, List[Dict[str, float]]] = {m: [] for m in modes}
-    for _ in range(args.repeats):  # interleaved, so drifting machine load hits every mode alike
-        for mode in modes:
-            results[mode].append(run_once(mode, loops))
-    base = statistics.median(r["wall"] for r in results["off"])
-    print(f"nbmp.spawn, {NPROCS} workers x {args.seconds:.1f} CPU-s each, {STEPS} output lines per worker; "
-          f"median of {args.repeats}; {os.cpu_count()} cores; Python {sys.version.split()[0]}\n")
+    with nbmp.Pool(NPROCS) as pool:
+        pool.map(burn_item, [1] * NPROCS)  # the workers are up before anything is timed
+        for _ in range(args.repeats):  # interleaved, so drifting machine load hits every mode alike
+            for mode in modes:
+                results[mode].append(run_once(mode, loops, pool if mode.startswith("pool") else None))
+    print(f"{NPROCS} workers x {args.seconds:.1f} CPU-s each: nbmp.spawn with {STEPS} output lines per worker, "
+          f"nbmp.Pool.map of {STEPS} items per worker; median of {args.repeats}; {os.cpu_count()} cores; "
+          f"Python {sys.version.split()[0]}\n")
     # On a loaded machine the wall-clock ratio is mostly noise; the CPU the dashboard adds
     # to the parent, against the CPU the workers need, bounds what it can take from them.
     work = NPROCS * args.seconds
-    base_cpu = statistics.median(r["cpu"] for r in results["off"])
-    print("| dashboard | wall (s) | vs off | parent CPU (s) | dashboard thread CPU (s) | added parent CPU / worker CPU |")
-    print("|---|---|---|---|---|---|")
+    print("| run | dashboard | wall (s) | vs off | parent CPU (s) | dashboard thread CPU (s) | "
+          "added parent CPU / worker CPU |")
+    print("|---|---|---|---|---|---|---|")
     for mode in modes:
+        off = "pool off" if mode.startswith("pool") else "off"
+        base = statistics.median(r["wall"] for r in results[off])
+        base_cpu = statistics.median(r["cpu"] for r in results[off])
         wall = statistics.median(r["wall"] for r in results[mode])
         cpu = statistics.median(r["cpu"] for r in results[mode])
         thread = statistics.median(r["thread"] for r in results[mode])
-        print(f"| {mode} | {wall:.2f} | {wall / base:.3f}x ({(wall / base - 1) * 100:+.1f} %) | {cpu:.3f} | "
+        print(f"| {'Pool.map' if off != 'off' else 'spawn'} | {mode.replace('pool ', '')} | {wall:.2f} | "
+              f"{wall / base:.3f}x ({(wall / base - 1) * 100:+.1f} %) | {cpu:.3f} | "
               f"{thread:.3f} | {(cpu - base_cpu) / work * 100:.2f} % |")
     if args.plot:
         _plot.bars(args.plot, modes, {"wall clock (s)": [statistics.median(r["wall"] for r in results[m]) for m in modes],

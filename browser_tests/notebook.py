@@ -64,6 +64,10 @@ class NotebookPage:
         """More room for the notebook (and the screenshot) than the file browser leaves."""
         self.page.evaluate("() => { window.jupyterapp.shell.collapseLeft(); }")
 
+    def save(self) -> None:
+        """Save the notebook, as Ctrl+S would (outputs included)."""
+        self.page.evaluate("() => window.jupyterapp.commands.execute('docmanager:save')")
+
     def run_all_cells(self) -> None:
         # The lab runs with expose_app_in_browser: a command id is steadier than menu labels.
         # Not awaited: the command's promise settles only when every cell has run.
@@ -125,6 +129,17 @@ class DashboardView:
     def visible_output(self) -> str:
         """The text of the output sections that are open (innerText skips hidden ones)."""
         return self.root.locator(".nbmp-outputs").inner_text()
+
+    def plot_points(self, kind: str) -> List[int]:
+        """How many samples each worker's ``kind`` plot ("cpu" or "rss") draws, in row order."""
+        if self.root.count() != 1:
+            return []
+        return [int(n) for n in self.root.locator(f".nbmp-workers .nbmp-spark-{kind}").evaluate_all(
+            "els => els.map(el => el.getAttribute('data-points'))")]
+
+    def is_snapshot(self) -> bool:
+        """The static copy (html, no widget) has replaced the live widget."""
+        return self.root.count() == 1 and "nbmp-snapshot" in (self.root.get_attribute("class") or "")
 
     def wait_for_states(self, states: List[str], timeout: float = RUN_TIMEOUT) -> List[Dict[str, str]]:
         """Wait until the rows' states are ``states``, in worker order; return the rows."""

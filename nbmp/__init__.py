@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
-from ._base import ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
+from ._base import NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
 from ._base.checks import get_max_workers, set_max_workers
 from ._base.util import fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
 from ._pool import ForkShared, ProcessPoolExecutor, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
+from ._cluster import get_cluster, install as _install_cluster, set_cluster
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
                        get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
                        shm_usage, zeros)
@@ -43,7 +44,7 @@ del _name
 
 __all__ = [
     *_multiprocessing.__all__,
-    "PicklingError",
+    "NbmpError", "PicklingError",
     "spawn", "start_processes", "ProcessContext", "SpawnContext",
     "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
     "Dashboard", "set_dashboard",
@@ -53,7 +54,10 @@ __all__ = [
     "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
     "get_sharing_threshold", "set_sharing_threshold",
+    "set_cluster", "get_cluster",
 ]
+
+_install_cluster()  # cluster= in spawn, Pool and parallel_map (Dask is imported only when one is used)
 
 # Tracebacks and reprs say nbmp.WorkerLostError, not nbmp._pool.errors.WorkerLostError.
 _fixup_module_metadata(__name__, globals(), __all__)

@@ -92,6 +92,9 @@ BAD = [
      ["initargs", "5", "initargs=(x,)"]),
     ("pool-initializer", lambda: nbmp.Pool(2, initializer=5), TypeError, ["initializer", "5"]),
     ("pool-maxtasks", lambda: nbmp.Pool(2, maxtasksperchild=0), ValueError, ["maxtasksperchild", "0"]),
+    # a wrong type that the standard Pool answers with ValueError: both, for the drop-in
+    ("pool-maxtasks-str", lambda: nbmp.Pool(2, maxtasksperchild="12"), (TypeError, ValueError),
+     ["maxtasksperchild", "'12'"]),
     ("parallel-map-int", lambda: nbmp.parallel_map(_f, 5), TypeError, ["iterable", "int 5", "range(10)"]),
     ("parallel-map-str", lambda: nbmp.parallel_map(_f, "abc"), TypeError, ["iterable", "'abc'"]),
     ("parallel-map-progress", lambda: nbmp.parallel_map(_f, [1], progress="yes"), TypeError,

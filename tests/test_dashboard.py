@@ -34,14 +34,18 @@ def in_kernel(monkeypatch):
     """Pretend to run in a Jupyter kernel, so that the automatic choice is the widget."""
     pytest.importorskip("ipywidgets")
     monkeypatch.setattr(_choice, "_in_kernel", lambda: True)
+    monkeypatch.setattr("nbmp.widgets._dashboard.live_widget_updates", lambda: True)  # as ipykernel 6.29 and 7.x
     shown = []
     monkeypatch.setattr("IPython.display.display", lambda *a, **k: shown.append(a) or _Handle())
+    monkeypatch.setattr(_Handle, "updates", [])
     return shown
 
 
 class _Handle:
+    updates: list = []  # every display update of the test, (bundle, keywords)
+
     def update(self, *args, **kwargs):
-        pass
+        _Handle.updates.append((args[0], kwargs))
 
 
 @pytest.fixture(autouse=True)
@@ -273,6 +277,48 @@ def test_widget_tree_is_built_once_and_updated_by_traits(in_kernel):
     assert run_widgets.progress.value == 1.0 and run_widgets.progress.bar_style == "danger"
     assert "shared memory" in d._view._shm.value
     assert dashboard_threads() == []
+
+
+def test_the_widget_gives_way_to_a_static_snapshot_when_no_run_is_live(in_kernel):
+    """What a notebook saved without widget state keeps: html with no widget mimetype."""
+    d = widget_dashboard()
+    d.display()
+    assert "application/vnd.jupyter.widget-view+json" in in_kernel[0][0]
+    assert "does not display" in in_kernel[0][0]["text/plain"]  # what a front end without widgets shows
+    for event in run_events(32, nprocs=2, fail=1):
+        d.handle(event)
+    bundle, keywords = _Handle.updates[-1]
+    assert set(bundle) == {"text/html", "text/plain"} and keywords == {"raw": True}
+    assert "nbmp-snapshot" in bundle["text/html"] and "nbmp-spark" in bundle["text/html"]
+    assert "bad 1" in bundle["text/html"] and "1 done, 1 failed" in bundle["text/plain"]
+    d.handle(ev.RunStarted(run_id=33, target="job", start_method="fork", nprocs=1))  # a hand-made one's next run
+    assert "application/vnd.jupyter.widget-view+json" in _Handle.updates[-1][0]
+    d.close()
+
+
+def test_a_kernel_without_live_widget_updates_shows_a_notice_then_the_snapshot(in_kernel, monkeypatch):
+    monkeypatch.setattr("nbmp.widgets._dashboard.live_widget_updates", lambda: False)
+    sink = make_dashboard("widget")
+    assert set(in_kernel[0][0]) == {"text/html", "text/plain"} and "appears here when the run ends" in \
+        in_kernel[0][0]["text/plain"]
+    for event in run_events(34, nprocs=2):
+        sink.handle(event)
+    assert not sink.dashboard._ticker.running
+    assert "nbmp-snapshot" in _Handle.updates[-1][0]["text/html"]
+    assert len(_Handle.updates) == 1
+    sink.close()
+
+
+def test_a_stop_button_that_cannot_act_during_the_cell_says_so(in_kernel):
+    """Before ipykernel 7.4 (no subshell here either) a click waits for the cell: a note says so."""
+    sink = make_dashboard("widget", stop=lambda: None)
+    sink.handle(ev.RunStarted(run_id=35, target="job", start_method="fork", nprocs=1))
+    run = sink.dashboard._view._runs[35]
+    assert run.stop_note.layout.display == "" and "interrupt the kernel" in run.stop_note.value
+    assert "nbmp-stop-note" in run.stop_note._dom_classes
+    sink.handle(ev.RunFinished(run_id=35, ok=True))
+    assert run.stop_note.layout.display == "none"
+    sink.close()
 
 
 def test_failures_are_appended_so_an_opened_traceback_stays_open(in_kernel):

@@ -161,3 +161,43 @@ def test_stop_button_works_while_the_cell_is_blocked(kernel):
     assert "subshell" in out  # handled in the subshell while the main thread was blocked
     names = kernel.run("print(sorted(t.name for t in threading.enumerate()))").stdout
     assert "subshell" not in names and "nbmp" not in names
+
+
+def test_a_pool_maps_dashboard_ends_as_a_static_snapshot_with_its_timeline(kernel):
+    cell = kernel.run("import nbmp, time\n"
+                      "with nbmp.Pool(2) as pool:\n"
+                      "    out = pool.map(time.sleep, [0.05] * 12, chunksize=2, progress=True)\n"
+                      "print(len(out))")
+    cell.raise_for_error()
+    shown = [m for m in cell.messages if m["msg_type"] == "display_data"]
+    assert "application/vnd.jupyter.widget-view+json" in shown[0]["content"]["data"]
+    final = [m for m in cell.messages if m["msg_type"] == "update_display_data"][-1]["content"]
+    assert final["transient"]["display_id"] == shown[0]["content"]["transient"]["display_id"]
+    assert set(final["data"]) == {"text/html", "text/plain"}  # no widget: nothing says "model not found"
+    html = final["data"]["text/html"]
+    assert "nbmp-snapshot" in html and "map(sleep) [fork, 2 workers]" in html
+    assert "nbmp-timeline-plot" in html and "(12 done)" in html and html.count("nbmp-spark-cpu") == 2
+
+
+def test_the_snapshot_is_what_a_saved_notebook_keeps(tmp_path):
+    """Executed by nbclient (which applies display updates as a front end does) and saved."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from kernel import ROOT
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import nbmp, time\n"
+        "def work(i):\n"
+        "    time.sleep(1.0)\n"
+        "    return i\n"
+        "nbmp.spawn(work, nprocs=2, dashboard='widget')")])
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": ROOT}}).execute()
+    nbformat.write(nb, str(tmp_path / "saved.ipynb"))
+    saved = nbformat.read(str(tmp_path / "saved.ipynb"), as_version=4)
+    outputs = saved.cells[0].outputs
+    displays = [out for out in outputs if out.output_type == "display_data"]
+    assert len(displays) == 1 and "application/vnd.jupyter.widget-view+json" not in displays[0].data
+    html = displays[0].data["text/html"]
+    assert "nbmp-snapshot" in html and "2 done" in html and "nbmp-spark-rss" in html
+    assert "work [fork, 2 workers]" in displays[0].data["text/plain"]
+    assert any(out.output_type == "execute_result" and "[0, 1]" in out.data["text/plain"] for out in outputs)

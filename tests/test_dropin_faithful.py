@@ -126,3 +126,14 @@ def test_a_non_leaf_tensor_that_requires_grad_gives_torchs_runtimeerror():
         assert not isinstance(info.value, pickle.PicklingError)
     finally:
         a.close(), b.close()
+
+
+def test_a_wrong_maxtasksperchild_type_is_the_standard_value_error_and_nbmp_type_error():
+    """CPython's test_pool_maxtasksperchild_invalid expects ValueError for 0.5 and "12"; nbmp's rule
+    says TypeError for a wrong type: the error is both."""
+    for value in (0.5, "12"):
+        with pytest.raises(ValueError, match="maxtasksperchild") as info:
+            nbmp.Pool(3, maxtasksperchild=value)
+        assert isinstance(info.value, TypeError)
+    with pytest.raises(ValueError, match="maxtasksperchild"):
+        nbmp.Pool(3, maxtasksperchild=0)

@@ -83,6 +83,18 @@ def _errors():
             nbmp.SharedMemoryFullError("full"), nbmp.PicklingError("cannot pickle")]
 
 
+def test_every_error_nbmp_defines_has_one_root_and_keeps_its_standard_base():
+    for error in _errors():
+        assert isinstance(error, nbmp.NbmpError), error
+    assert issubclass(nbmp.WorkerLostError, nbmp.ProcessError)
+    assert issubclass(nbmp.SharedMemoryFullError, MemoryError)
+    assert issubclass(nbmp.PicklingError, (pickle.PicklingError)) and issubclass(nbmp.PicklingError, TypeError)
+    defined = [getattr(nbmp, name) for name in nbmp.__all__ if _defined_by_nbmp(getattr(nbmp, name))]
+    errors = [obj for obj in defined if isinstance(obj, type) and issubclass(obj, BaseException)
+              and not issubclass(obj, Warning)]
+    assert errors and all(issubclass(e, nbmp.NbmpError) for e in errors), errors
+
+
 def _same(a, b):
     return type(a) is type(b) and a.args == b.args and vars(a) == vars(b)
 

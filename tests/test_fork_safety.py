@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import nbmp
+from nbmp._forking import Launch
 from conftest import TIMEOUT
 from helpers import run_main
 
@@ -36,7 +37,7 @@ def run_workers(ctx, target, n, *, ranked=True):
     procs = [ctx.Process(target=target, args=(q, k)) for k in range(n)]
     for k, p in enumerate(procs):
         if ranked:  # what spawn() and Pool set (tests/interfaces)
-            p._nbmp_index, p._nbmp_nprocs = k, n
+            p.launch = Launch(index=k, nprocs=n)
         p.start()
     out = dict(q.get(timeout=TIMEOUT) for _ in procs)
     for p in procs:
@@ -148,6 +149,7 @@ def test_set_worker_threads_rejects_bad_values():
 
 TORCH_IN_WORKERS = """
 import nbmp
+from nbmp._forking import Launch
 def work(q, k):
     import torch                       # imported late: nbmp resets it the moment it appears
     q.put((k, (float(torch.rand(1)), torch.get_num_threads())))
@@ -158,7 +160,7 @@ def run(threads):
     q = ctx.Queue()
     ps = [ctx.Process(target=work, args=(q, k)) for k in range(2)]
     for k, p in enumerate(ps):
-        p._nbmp_index, p._nbmp_nprocs = k, 2
+        p.launch = Launch(index=k, nprocs=2)
         p.start()
     out = dict(q.get(timeout=60) for _ in ps)
     for p in ps: p.join(60)

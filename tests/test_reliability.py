@@ -137,8 +137,8 @@ INTERRUPTED_POOL = """
     import sys, time
     import nbmp
     method = sys.argv[1]
-    print("ready", flush=True)
     try:
+        print("ready", flush=True)  # inside the try: an interrupt from here on is the Pool's to raise
         with nbmp.get_context(method).Pool(4) as p:
             p.map(lambda x: time.sleep(1), range(40))
         print("finished without the interrupt", flush=True)

@@ -131,7 +131,7 @@ def test_join_with_timeout_returns_false_while_running(ctx, start_method):
 def test_workers_carry_their_index(start_method):
     context = nbmp.spawn(_square, nprocs=3, join=False, start_method=start_method)
     context.join(TIMEOUT)
-    assert [(p._nbmp_index, p._nbmp_nprocs) for p in context.processes] == [(0, 3), (1, 3), (2, 3)]
+    assert [(p.launch.index, p.launch.nprocs, p.launch.worker) for p in context.processes] == [(0, 3, True), (1, 3, True), (2, 3, True)]
 
 
 @pytest.mark.parametrize("which", [0, 1])
@@ -156,13 +156,17 @@ def test_exception_all(start_method):
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSEGV, signal.SIGTERM])
 def test_terminate_signal(start_method, signum):
     name = signal.Signals(signum).name
-    with pytest.raises(nbmp.ProcessExitedException, match=f"^process 0 terminated with signal {name}$") as info:
+    # torch's line first, then the likely cause (the same words the Pool and the dashboard use)
+    with pytest.raises(nbmp.ProcessExitedException, match=f"^process 0 terminated with signal {name}\nLikely cause: "
+                                                          f"{re.escape(nbmp._base.ends.likely_cause(-signum))}") as info:
         nbmp.start_processes(_signal_self, args=(signum,), nprocs=2, start_method=start_method)
     assert (info.value.exit_code, info.value.signal_name, info.value.error_index) == (-signum, name, 0)
+    assert isinstance(info.value, nbmp.NbmpError)
 
 
 def test_terminate_exit(start_method):
-    with pytest.raises(nbmp.ProcessExitedException, match="^process 0 terminated with exit code 123$") as info:
+    with pytest.raises(nbmp.ProcessExitedException, match="^process 0 terminated with exit code 123\nLikely cause: "
+                                                          r"the worker ended its process \(sys.exit\(123\)") as info:
         nbmp.start_processes(_exit_with, args=(123,), nprocs=2, start_method=start_method)
     assert info.value.exit_code == 123
     assert info.value.signal_name is None

@@ -68,13 +68,13 @@ class BaseContext(context.BaseContext):
     def Array(self, typecode_or_type: Any, size_or_initializer: Any, *, lock: Any = True) -> Any:
         """Return a synchronized shared array (the stdlib's), after checking its arguments."""
         _base.checks.ctype(typecode_or_type, "Array", "nbmp.Array('d', 10)")
-        _base.checks.array_size(size_or_initializer, "Array")
+        _base.checks.array_size(size_or_initializer, "Array", typecode_or_type)
         return super().Array(typecode_or_type, size_or_initializer, lock=lock)
 
     def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:
         """Return a shared array without a lock (the stdlib's), after checking its arguments."""
         _base.checks.ctype(typecode_or_type, "RawArray", "nbmp.RawArray('d', 10)")
-        _base.checks.array_size(size_or_initializer, "RawArray")
+        _base.checks.array_size(size_or_initializer, "RawArray", typecode_or_type)
         return super().RawArray(typecode_or_type, size_or_initializer)
 
     def Semaphore(self, value: int = 1) -> Any:
@@ -98,9 +98,11 @@ class BaseContext(context.BaseContext):
         return SimpleQueue(ctx=self.get_context())
 
     def Pool(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
-             initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None) -> Any:
-        """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle."""
-        return _factories["Pool"](processes, initializer, initargs, maxtasksperchild, context=self.get_context())
+             initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None, *, cluster: Any = None) -> Any:
+        """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle.
+        ``cluster``: a ``distributed.Client`` or scheduler address runs the Pool on Dask (docs/cluster.md)."""
+        return _factories["Pool"](processes, initializer, initargs, maxtasksperchild, context=self.get_context(),
+                                  cluster=cluster)
 
     def Manager(self) -> Any:
         """Return a started :class:`nbmp.managers.SyncManager`."""

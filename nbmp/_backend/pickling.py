@@ -28,6 +28,8 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import cloudpickle
 
+from .._base.exceptions import NbmpError
+
 __all__ = ["PicklingError", "dumps", "loads", "dumps_reusable", "check_picklable", "probing", "note_single_use",
            "collecting_single_use", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
@@ -42,7 +44,7 @@ PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError, No
 loads = pickle.loads
 
 
-class PicklingError(pickle.PicklingError, TypeError):
+class PicklingError(NbmpError, pickle.PicklingError, TypeError):
     """An object could not be pickled; the message names it and where it sits.
 
     Subclasses both :class:`pickle.PicklingError` and :class:`TypeError`, so code

@@ -12,13 +12,15 @@ the threads that are a real hazard (see docs/fork_safety.md).
 
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from multiprocessing import popen_fork
 from typing import Any, Optional
 
 from .. import _forking
 
-__all__ = ["Popen"]
+__all__ = ["Popen", "PeakMemory", "peak_rss"]
 
 
 class _ChildEntry:
@@ -33,7 +35,34 @@ class _ChildEntry:
         return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
 
 
-class Popen(popen_fork.Popen):
+class PeakMemory:
+    """Reaps the child with ``wait4``, which also tells its peak resident memory: ``peak_rss``
+    (bytes, None until reaped) goes into the record of the worker's end (a likely
+    out-of-memory kill says how big the worker grew). Mixed into nbmp's Popen classes."""
+
+    pid: int
+    returncode: Optional[int] = None
+    peak_rss: Optional[int] = None
+
+    def poll(self, flag: int = os.WNOHANG) -> Optional[int]:
+        if self.returncode is None:
+            try:
+                pid, status, usage = os.wait4(self.pid, flag)
+            except OSError:  # not our child (yet), or reaped already: as the standard poll
+                return None
+            if pid == self.pid:
+                self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+def peak_rss(process: Any) -> Optional[int]:
+    """A reaped process's peak resident memory in bytes, where one of nbmp's Popen classes
+    reaped it (fork, spawn); None otherwise (not reaped yet, forkserver, a standard process)."""
+    return getattr(getattr(process, "_popen", None), "peak_rss", None)
+
+
+class Popen(PeakMemory, popen_fork.Popen):
     def _launch(self, process_obj: Any) -> None:
         _forking.before_fork()
         try:

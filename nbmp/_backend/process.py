@@ -61,32 +61,33 @@ class _NbmpProcess(process.BaseProcess):
         kwargs = _checks.keywords(kwargs, "kwargs")
         super().__init__(group, target, name, args, kwargs, daemon=daemon)
 
-    # A worker (``spawn``'s or a Pool's: their starters set this) ignores SIGINT from the
-    # moment it exists and dies with the process that started it; see docs/reliability.md.
-    _nbmp_worker = False
+    # What the child needs from its start (``nbmp._forking.Launch``): set by whoever starts it
+    # (``spawn`` and the Pool mark their workers, which ignore SIGINT from the moment they
+    # exist and die with the process that started them; see docs/reliability.md), completed
+    # by start() and read by the child's _bootstrap.
+    launch: _forking.Launch = _forking.Launch()
 
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
-        _forking.stamp(self)
-        if not self._nbmp_worker:
+        self.launch = _forking.stamp(self.launch)
+        if not self.launch.worker:
             super().start()
             return
-        self._nbmp_parent = os.getpid()
         # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
         # an interrupt of the whole process group meanwhile stays pending, then is dropped.
         with _posix.interrupts_blocked():
             super().start()
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
-        if self._nbmp_worker:
+        if self.launch.worker:
             _posix.ignore_interrupts()
-            parent = self._nbmp_parent
+            parent = self.launch.parent
             _posix.die_with_parent(parent, direct=os.getppid() == parent)  # forkserver: the server is the OS parent
         elif os.getppid() != self._parent_pid:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
             # Forked by a fork server that nbmp started while SIGINT was blocked for its
             # workers: a plain Process gets the standard behaviour back.
             _posix.allow_interrupts()
-        _forking.start_child(self)  # reports its handlers' errors itself; never raises
+        _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
     def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str]]:
@@ -124,7 +125,7 @@ class SpawnProcess(_NbmpProcess):
         if sys.platform == "win32":
             from multiprocessing.popen_spawn_win32 import Popen
         else:
-            from multiprocessing.popen_spawn_posix import Popen
+            from .popen_spawn import Popen  # the standard one, reaped with wait4
         return Popen(process_obj)
 
     @staticmethod

@@ -13,11 +13,12 @@ typo (``nprocs=10**6``) fails at once instead of forking until the machine stops
 from __future__ import annotations
 
 import operator
+import sys
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Tuple
 
-__all__ = ["check_int", "positive_int", "worker_count", "get_max_workers", "set_max_workers", "arguments", "keywords",
+__all__ = ["WrongTypeError", "check_int", "positive_int", "worker_count", "get_max_workers", "set_max_workers", "arguments", "keywords",
            "items", "shape"]
 
 
@@ -26,10 +27,17 @@ __all__ = ["check_int", "positive_int", "worker_count", "get_max_workers", "set_
 # --------------------------------------------------------------------------
 
 
-def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "") -> Optional[int]:
+class WrongTypeError(TypeError, ValueError):
+    """A wrong type where the standard module raises ValueError (``Pool(maxtasksperchild="12")``):
+    both, so code written for either rule keeps working."""
+
+
+def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "",
+              wrong_type: type = TypeError) -> Optional[int]:
     """``value`` as an int of at least ``minimum``, else an error that names the argument, the value
     given and what to write: ``TypeError`` for a wrong type (a bool, a float, a string), ``ValueError``
-    for a wrong value. ``none_means`` (what None stands for) allows None."""
+    for a wrong value. ``none_means`` (what None stands for) allows None; ``wrong_type=WrongTypeError``
+    where the standard module answers a wrong type with ValueError."""
     what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
     what, fix = (what + " or None", f"e.g. {example} (None: {none_means})") if none_means else (what, f"e.g. {example}")
     if value is None and none_means:
@@ -39,15 +47,15 @@ def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means:
             raise TypeError
         number = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} must be {what}, not {value!r}; {fix}") from None
+        raise wrong_type(f"{name} must be {what}, not {value!r}; {fix}") from None
     if number < minimum:
         raise ValueError(f"{name} must be {what}, not {value!r}; {fix}")
     return number
 
 
-def positive_int(value: Any, name: str, example: str, none_ok: bool = False) -> int:
+def positive_int(value: Any, name: str, example: str, none_ok: bool = False, wrong_type: type = TypeError) -> int:
     """``value`` as an int >= 1 (``check_int``; with ``none_ok`` the caller has let None through)."""
-    return check_int(value, name, example, none_means="the default" if none_ok else "")  # type: ignore[return-value]  # None only with none_means, which the caller has ruled out
+    return check_int(value, name, example, none_means="the default" if none_ok else "", wrong_type=wrong_type)  # type: ignore[return-value]  # None only with none_means, which the caller has ruled out
 
 
 # Workers one call may start, unless raised by set_max_workers or NBMP_MAX_WORKERS:
@@ -188,17 +196,26 @@ def shape(value: Any, call: str) -> Tuple[int, ...]:
 # --------------------------------------------------------------------------
 
 
+def _sem_value_max() -> int:
+    """The most a semaphore counts (a Queue's maxsize is one): beyond it the stdlib raises OverflowError."""
+    from multiprocessing import synchronize
+    return int(getattr(synchronize, "SEM_VALUE_MAX"))
+
+
 def queue_size(value: Any, call: str) -> int:
-    """A queue's ``maxsize``: an int (0 or less: unbounded, the stdlib's meaning)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            return operator.index(value)
-        except TypeError:
-            raise TypeError(f"{call}(maxsize=...) must be an int (0 for unbounded), not {type(value).__name__} "
-                            f"{value!r}; e.g. nbmp.{call}(maxsize=100)") from None
-    return value
+    """A queue's ``maxsize``: an int (0 or less: unbounded, the stdlib's meaning), at most what a
+    semaphore can count (the stdlib's OverflowError otherwise)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        size = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{call}(maxsize=...) must be an int (0 for unbounded), not {type(value).__name__} "
+                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)") from None
+    if size > _sem_value_max():
+        raise ValueError(f"{call}(maxsize=...) must be at most {_sem_value_max()} (what a semaphore can "
+                         f"count), not {size}; for an unbounded queue write nbmp.{call}()")
+    return size
 
 
 def ctype(value: Any, call: str, example: str) -> None:
@@ -217,8 +234,9 @@ def ctype(value: Any, call: str, example: str) -> None:
                         f"not {type(value).__name__} {value!r}; e.g. {example}")
 
 
-def array_size(value: Any, call: str) -> None:
-    """An Array's ``size_or_initializer``: an int >= 0 or a sequence of values."""
+def array_size(value: Any, call: str, typecode_or_type: Any = "b") -> None:
+    """An Array's ``size_or_initializer``: an int >= 0 or a sequence of values; a length whose
+    bytes (of ``typecode_or_type``'s, already checked by ``ctype``) no address space can hold is a ValueError."""
     example = f"nbmp.{call}('d', 10) or nbmp.{call}('i', [1, 2, 3])"
     if isinstance(value, bool):
         raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not "
@@ -232,6 +250,13 @@ def array_size(value: Any, call: str) -> None:
         return
     if size < 0:
         raise ValueError(f"nbmp.{call}: the length must be >= 0, not {size}; e.g. {example}")
+    import ctypes
+    from multiprocessing.sharedctypes import typecode_to_type  # type: ignore[attr-defined]
+    itemsize = ctypes.sizeof(typecode_to_type.get(typecode_or_type, ctypes.c_byte) if isinstance(typecode_or_type, str)
+                             else typecode_or_type)
+    if size * itemsize > sys.maxsize:
+        raise ValueError(f"nbmp.{call}: a length of {size} items of {itemsize} bytes is more memory than a process "
+                         f"can address ({sys.maxsize} bytes); pass a smaller length, e.g. {example}")
 
 
 def counter(value: Any, call: str, name: str) -> int:
@@ -244,6 +269,7 @@ def counter(value: Any, call: str, name: str) -> int:
     except TypeError:
         raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {type(value).__name__} {value!r}; "
                         f"e.g. {example}") from None
-    if number < 0:
-        raise ValueError(f"nbmp.{call}: {name} must be an int >= 0, not {number}; e.g. {example}")
+    if not 0 <= number <= _sem_value_max():
+        raise ValueError(f"nbmp.{call}: {name} must be an int from 0 to {_sem_value_max()}, not {number}; "
+                         f"e.g. {example}")
     return number

@@ -13,8 +13,10 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Protocol, Set
 
-__all__ = ["Event", "RunStarted", "WorkerStarted", "WorkerOutput", "WorkerRaised", "WorkerExited",
-           "TaskProgress", "RunFinished", "EventSink", "Broadcast", "deliver"]
+from .ends import exit_signal, how_it_ended, likely_cause
+
+__all__ = ["Event", "RunStarted", "WorkerStarted", "WorkerStats", "WorkerOutput", "WorkerRaised", "WorkerExited",
+           "TaskProgress", "TaskRan", "RunFinished", "EventSink", "Broadcast", "deliver"]
 
 
 def _now() -> float:
@@ -40,9 +42,24 @@ class RunStarted(Event):
 
 @dataclass(frozen=True)
 class WorkerStarted(Event):
+    """A worker started; ``host`` and ``worker`` (its Dask worker's address) are set for a cluster run."""
+
     run_id: int
     index: int
     pid: int
+    host: str = ""
+    worker: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerStats(Event):
+    """A worker's CPU (percent of one core) and resident memory, measured on its own host
+    (a cluster rank's; on this machine the dashboard samples the pid itself)."""
+
+    run_id: int
+    index: int
+    cpu_percent: Optional[float]
+    rss: Optional[int]
 
 
 @dataclass(frozen=True)
@@ -68,12 +85,43 @@ class WorkerRaised(Event):
 
 @dataclass(frozen=True)
 class WorkerExited(Event):
-    """The worker process ended: ``exitcode`` as ``Popen.returncode`` (negative = signal)."""
+    """The worker process ended: the one record of a worker's end, which spawn's errors, the
+    Pool's ``WorkerLostError`` and the dashboard all read.
+
+    ``exitcode`` as ``Popen.returncode`` (negative: killed by that signal); ``killed_by_us``:
+    nbmp ended it, and ``stopped`` says why when known (a key of ``ends.STOP_REASONS``:
+    ``"failure"``, ``"stop"``, ``"interrupt"``, ``"close"``); ``pid``; ``rss``: its resident
+    memory in bytes (peak, or last sampled) or None.
+
+    Example::
+
+        >>> WorkerExited(run_id=1, index=0, exitcode=-9, rss=3 << 30).signal_name
+        'SIGKILL'
+    """
 
     run_id: int
     index: int
     exitcode: int
     killed_by_us: bool = False
+    pid: int = 0
+    rss: Optional[int] = None
+    stopped: str = ""
+
+    @property
+    def signal_name(self) -> Optional[str]:
+        """``"SIGKILL"`` for a worker killed by SIGKILL, else None."""
+        return exit_signal(self.exitcode)
+
+    @property
+    def how(self) -> str:
+        """``"was killed by SIGKILL"`` or ``"exited with code 3"``."""
+        return how_it_ended(self.exitcode)
+
+    @property
+    def cause(self) -> Optional[str]:
+        """What probably ended it (see ``ends.likely_cause``); None for a clean exit."""
+        stopped = self.stopped or ("close" if self.killed_by_us else "")
+        return likely_cause(self.exitcode, stopped, self.rss)
 
 
 @dataclass(frozen=True)
@@ -84,6 +132,19 @@ class TaskProgress(Event):
     index: Optional[int]
     done: int
     total: Optional[int]
+
+
+@dataclass(frozen=True)
+class TaskRan(Event):
+    """Worker ``index`` ran ``count`` tasks (a Pool chunk) from ``start`` to ``end`` (epoch
+    seconds); ``outcome`` is "ok", "raised" (a task raised) or "lost" (the worker died)."""
+
+    run_id: int
+    index: int
+    start: float
+    end: float
+    outcome: str
+    count: int = 1
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,65 @@
-"""The errors ``nbmp.spawn`` raises when a worker fails, named and shaped as
-``torch.multiprocessing``'s so that code catching those keeps working after
+"""nbmp's root error, and the errors ``nbmp.spawn`` raises when a worker fails, named and
+shaped as ``torch.multiprocessing``'s so that code catching those keeps working after
 ``import nbmp as mp``.
 
-All three pickle by ``__reduce__`` (exceptions with extra constructor arguments do
-not round-trip through the default ``BaseException`` pickling).
+Every error class nbmp defines derives from :class:`NbmpError` (the Pool's, the
+sharing layer's and the pickler's too, each also keeping the standard base a caller
+may catch: ``multiprocessing.ProcessError``, ``MemoryError``, ``pickle.PicklingError``).
+Wrong arguments are the built-in ``TypeError`` / ``ValueError``.
+
+The spawn errors pickle by ``__reduce__`` (exceptions with extra constructor arguments
+do not round-trip through the default ``BaseException`` pickling).
 """
 
 from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from .util import signal_name
+from .events import WorkerExited
 
-__all__ = ["ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
+__all__ = ["NbmpError", "RemoteTaskError", "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
            "raised_message", "exited_error", "stopped_error"]
 
 
-class ProcessException(Exception):
+class NbmpError(Exception):
+    """The root of every error class nbmp defines: ``except nbmp.NbmpError`` catches a failed
+    worker of ``spawn`` or of a Pool, a full ``/dev/shm``, an object nbmp could not pickle.
+
+    Example::
+
+        >>> try:
+        ...     nbmp.spawn(lambda i: os._exit(3), nprocs=1)
+        ... except nbmp.NbmpError as e:
+        ...     print(type(e).__name__)
+        ProcessExitedException
+    """
+
+
+class RemoteTaskError(NbmpError):
+    """A task raised an exception that could not be rebuilt in the parent.
+
+    Raised instead of the original (whose type or arguments did not survive
+    pickling); ``exc_type`` is its qualified type name and the message is its
+    ``str()``. The worker's traceback is chained as ``__cause__``.
+
+    Example::
+
+        >>> try:
+        ...     raise nbmp.RemoteTaskError("mymodule.OddError: boom", exc_type="mymodule.OddError")
+        ... except nbmp.RemoteTaskError as e:
+        ...     print(e.exc_type)
+        mymodule.OddError
+    """
+
+    def __init__(self, message: str, exc_type: str = "") -> None:
+        super().__init__(message)
+        self.exc_type = exc_type
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        return type(self), (self.args[0], self.exc_type)
+
+
+class ProcessException(NbmpError):
     """A worker of ``nbmp.spawn`` failed; ``error_index`` is its index, ``error_pid`` its pid.
 
     Example::
@@ -126,10 +169,11 @@ def raised_message(index: int, child_traceback: str) -> str:
     return f"\n\n-- Process {index:d} terminated with the following error:\n{child_traceback.rstrip()}"
 
 
-def exited_error(index: int, pid: int, exitcode: int) -> ProcessExitedException:
-    """The error for a worker that exited with ``exitcode`` (negative: a signal)."""
-    if exitcode >= 0:
-        return ProcessExitedException(f"process {index:d} terminated with exit code {exitcode:d}",
-                                      index, pid, exitcode)
-    name = signal_name(-exitcode)
-    return ProcessExitedException(f"process {index:d} terminated with signal {name}", index, pid, exitcode, name)
+def exited_error(end: WorkerExited) -> ProcessExitedException:
+    """The error for a worker that exited with a non-zero code or was killed by a signal:
+    torch's first line, then the likely cause (``WorkerExited.cause``)."""
+    sig = end.signal_name
+    first = (f"process {end.index:d} terminated with signal {sig}" if sig else
+             f"process {end.index:d} terminated with exit code {end.exitcode:d}")
+    cause = f"\nLikely cause: {end.cause}." if end.cause else ""
+    return ProcessExitedException(first + cause, end.index, end.pid, end.exitcode, sig)

@@ -3,20 +3,22 @@
 ``registry``: the fork-handler registry, nbmp's ``ForkLock``s, the per-worker seed and
 thread budget, and the three points of a fork (before, after in the parent, the
 child's entry). ``handlers/``: one small handler per framework. ``threads``: which
-threads are alive at a fork. ``on_import``: run a handler when its framework is
+threads are alive at a fork. ``launch``: the record of what a child needs from its
+start (``Launch``). ``on_import``: run a handler when its framework is
 first imported in a child. Above ``_base`` only; the backend's ``popen_fork`` and
 ``process`` call into it.
 """
 
-from . import handlers, registry, threads
+from . import handlers, launch, registry, threads
 from .handlers import ForkHandler, ForkSafetyWarning, Worker
+from .launch import Launch
 from .registry import (ForkHandle, ForkLock, after_fork_in_child, after_fork_in_parent, before_fork, child_started,
                        hazards, register_fork_handler, seed, set_worker_threads, stamp, start_child, user_handlers,
                        worker_threads_setting)
 from .threads import ThreadInfo, native_threads, python_threads, user_threads
 
-__all__ = ["handlers", "registry", "threads",
-           "ForkHandler", "ForkSafetyWarning", "Worker",
+__all__ = ["handlers", "launch", "registry", "threads",
+           "ForkHandler", "ForkSafetyWarning", "Worker", "Launch",
            "ForkHandle", "ForkLock", "register_fork_handler", "seed", "set_worker_threads", "worker_threads_setting",
            "user_handlers", "hazards", "stamp", "before_fork", "after_fork_in_parent", "after_fork_in_child",
            "child_started", "start_child",

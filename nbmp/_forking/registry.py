@@ -28,6 +28,7 @@ started in).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import itertools
@@ -42,7 +43,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._base.checks import check_int
 from . import on_import as _on_import
+from .launch import Launch
 from .handlers import ForkHandler, ForkSafetyWarning, Worker, builtin_handlers
+from .handlers.numpy_random import NumpyRandom
+from .handlers.python_random import PythonRandom
+from .handlers.thread_pools import NativePools, ThreadEnvironment
 
 __all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worker_threads",
            "child_started", "hazards", "ForkSafetyWarning"]
@@ -99,11 +104,17 @@ def worker_threads_setting() -> Optional[int]:
     return None
 
 
-def stamp(proc: Any) -> None:
-    """Record, at ``start()``, what the child needs: its settings travel in ``vars(proc)``."""
-    index = getattr(proc, "_nbmp_index", None)
-    proc._nbmp_fork = {"base_seed": _base_seed, "threads": worker_threads_setting(),
-                       "index": next(_started) if index is None else index}
+def fork_settings() -> Dict[str, Any]:
+    """The settings a worker started elsewhere (a Dask worker's rank) needs: base seed, thread budget."""
+    return {"base_seed": _base_seed, "threads": worker_threads_setting()}
+
+
+def stamp(launch: Launch) -> Launch:
+    """``launch`` completed at ``start()`` with what the child needs of this moment: the
+    parent's pid, the seed to derive from, the thread budget, and an index (its start
+    order) if the starter gave none."""
+    return dataclasses.replace(launch, parent=os.getpid(), base_seed=_base_seed, threads=worker_threads_setting(),
+                               index=next(_started) if launch.index is None else launch.index)
 
 
 def _cores() -> int:
@@ -330,24 +341,13 @@ def after_fork_in_child() -> None:
     _forked_by_nbmp = True
 
 
-def _identity(proc: Any) -> Tuple[int, int]:
-    """(index, nprocs) of a process: set by the run that started it, else its start order."""
-    settings = getattr(proc, "_nbmp_fork", {})
-    index = getattr(proc, "_nbmp_index", settings.get("index"))
-    if index is None:
-        identity = getattr(proc, "_identity", ()) or (1,)
-        index = identity[-1] - 1
-    return index, getattr(proc, "_nbmp_nprocs", 0)
-
-
-def child_started(index: int, nprocs: int, settings: Optional[Dict[str, Any]] = None) -> Worker:
+def child_started(launch: Launch) -> Worker:
     """Every nbmp child's first step, any start method: run the built-in handlers (fresh
     ForkLocks, per-worker seeds, thread caps, CUDA reset), then, in a child nbmp forked,
-    the users' ``after_in_child``. ``nprocs=0`` means the run's size is unknown: one thread."""
+    the users' ``after_in_child``. ``launch`` was stamped at start; ``nprocs=0`` means the
+    run's size is unknown: one thread."""
     global _forked_by_nbmp, _base_seed, _started
-    settings = settings or {}
-    base = settings.get("base_seed", _base_seed)
-    explicit = settings.get("threads", worker_threads_setting())
+    index, nprocs, base, explicit = launch.index or 0, launch.nprocs, launch.base_seed, launch.threads
     threads = explicit or (max(1, _cores() // nprocs) if nprocs > 0 else 1)
     worker = Worker(index=index, nprocs=nprocs, seed=_derive_seed(base, index), threads=threads,
                     explicit_threads=explicit is not None, forked=_forked_by_nbmp)
@@ -364,11 +364,21 @@ def child_started(index: int, nprocs: int, settings: Optional[Dict[str, Any]] = 
     return worker
 
 
-def start_child(proc: Any) -> Optional[Worker]:
-    """``child_started`` for a process object (what ``_NbmpProcess._bootstrap`` calls); never raises."""
+def settle_worker(index: int, nprocs: int, settings: Dict[str, Any]) -> None:
+    """In a long-lived worker nbmp did not fork (a Dask worker): only the seeds and thread caps
+    of ``child_started``, since resetting locks or torch state under its running threads is unsafe."""
+    base, threads = settings.get("base_seed"), settings.get("threads") or 1
+    worker = Worker(index=index, nprocs=nprocs, seed=_derive_seed(base, index), threads=threads,
+                    explicit_threads=settings.get("threads") is not None, forked=False)
+    for handler in _builtins:
+        if isinstance(handler, (PythonRandom, NumpyRandom, ThreadEnvironment, NativePools)) and handler.applies():
+            _run(handler, "in_child", worker)
+
+
+def start_child(launch: Launch) -> Optional[Worker]:
+    """``child_started`` as ``_NbmpProcess._bootstrap`` calls it: never raises."""
     try:
-        index, nprocs = _identity(proc)
-        return child_started(index, nprocs, getattr(proc, "_nbmp_fork", None))
+        return child_started(launch)
     except Exception:  # a worker without fork safety beats a worker that dies silently
         print("Exception ignored in nbmp's child start:", file=sys.stderr)
         traceback.print_exc()

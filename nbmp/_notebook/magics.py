@@ -32,7 +32,7 @@ __all__ = ["NbmpMagics", "load", "unload"]
 
 @magics_class
 class NbmpMagics(Magics):
-    """``%%nbmp -n N [-m METHOD] [-o NAME]`` and ``%nbmp status|kill|shm|doctor``."""
+    """``%%nbmp -n N [-m METHOD] [-o NAME] [--cluster ADDRESS]`` and ``%nbmp status|kill|shm|doctor``."""
 
     shell: InteractiveShell  # IPython types it Optional; magics only run from a shell, which sets it
 
@@ -40,6 +40,8 @@ class NbmpMagics(Magics):
     @argument("-n", "--nprocs", type=int, default=None, help="number of workers (default: the number of cores)")
     @argument("-m", "--start-method", default=None, help="fork (default), spawn or forkserver")
     @argument("-o", "--out", default=None, help="also store the list of per-rank values in this variable")
+    @argument("-c", "--cluster", default=None,
+              help="a Dask scheduler address: one rank per worker there (default: nbmp.set_cluster's, else here)")
     @cell_magic
     def nbmp(self, line: str, cell: str) -> List[Any]:
         """Run the cell in N workers with ``rank`` and ``world_size`` defined.
@@ -49,15 +51,18 @@ class NbmpMagics(Magics):
             %%nbmp -n 3
             rank * 10          # -> [0, 10, 20]
         """
-        from .. import _spawn
+        from .. import _cluster, _spawn
         from .._backend import context as _context
         args = parse_argstring(self.nbmp, line)
-        nprocs = args.nprocs if args.nprocs is not None else _context.default_context.cpu_count()
-        method = _context.default_context.get_context(args.start_method).get_start_method()
+        remote = _cluster.wanted(args.cluster)  # on a cluster: its worker count, and globals shipped as under spawn
+        nprocs = args.nprocs if args.nprocs is not None else \
+            _cluster.worker_count(args.cluster) if remote else _context.default_context.cpu_count()
+        method = "spawn" if remote else _context.default_context.get_context(args.start_method).get_start_method()
         source = self.shell.transform_cell(cell)
         filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)
         program = CellProgram(source, filename, self.shell.user_ns, method)
-        results: List[Any] = _spawn.spawn(program, args=(nprocs,), nprocs=nprocs, start_method=method)
+        results: List[Any] = _spawn.spawn(program, args=(nprocs,), nprocs=nprocs, start_method=method,
+                                          cluster=args.cluster)
         if args.out:
             self.shell.user_ns[args.out] = results
         return results
@@ -102,8 +107,10 @@ def load(ipython: InteractiveShell) -> None:
 
 
 def unload(ipython: InteractiveShell) -> None:
+    from .._cluster import close_owned_clients
     from .._spawn import stop_all
     stop_all()
+    close_owned_clients()
     magics = ipython.magics_manager.magics
     for kind in ("cell", "line"):
         magics[kind].pop("nbmp", None)

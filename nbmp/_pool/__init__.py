@@ -8,7 +8,8 @@ gets when a task fails or a worker dies), ``progress`` (progress of a map),
 ``_spawn``; neither imports the other.
 """
 
-from .errors import RemoteTaskError, WorkerLostError
+from .._base.exceptions import RemoteTaskError
+from .errors import WorkerLostError
 from .executor import ProcessPoolExecutor
 from .pool import Pool, parallel_map
 from .serial import ForkShared, SerialExecutor

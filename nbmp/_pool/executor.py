@@ -30,7 +30,8 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._backend import pickling as _pickling
-from .errors import Death, WorkerLostError
+from .._base import WorkerExited
+from .errors import WorkerLostError, lost_error
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -66,8 +67,9 @@ class _ManagerThread(process._ExecutorManagerThread):
             if p.sentinel in dead:
                 p.join(1.0)
                 if p.exitcode:
-                    error = Death(index, p.pid, p.exitcode, None).error(
-                        "while the executor's futures were running or pending", "Their futures fail with this error.")
+                    end = WorkerExited(0, index, p.exitcode, pid=p.pid or 0)
+                    error = lost_error(end, "while the executor's futures were running or pending",
+                                       "Their futures fail with this error.")
                     error.args = (error.args[0].replace("Pool worker", "ProcessPoolExecutor worker", 1),)
                     return error
         return None

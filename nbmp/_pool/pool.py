@@ -21,19 +21,25 @@ result objects are kept; only these pieces are overridden):
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import queue
 import threading
 import time
+from collections import deque
 from multiprocessing.connection import wait
 from multiprocessing import pool as _stdpool
-from typing import TYPE_CHECKING, Any, Callable, Iterable, List, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
 
 from . import progress as _progress
 from .._backend import default_context, posix as _posix, register_factory
-from .._base import RunFinished, RunStarted, TaskProgress, checks as _checks, new_run_id
+from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
-from .watch import Watch
-from .worker import Prepickled
+from .._base.events import TaskRan, WorkerStarted
+from .errors import WorkerLostError
+from .sending import Prepickled
+from .watch import BROKEN_QUEUES, Watch
+from .worker import Timed
 
 if TYPE_CHECKING:
     from multiprocessing.context import BaseContext
@@ -41,6 +47,9 @@ if TYPE_CHECKING:
 __all__ = ["Pool", "parallel_map"]
 
 _T = TypeVar("_T")
+
+cluster_backend: Any = None
+"""Registered by nbmp._cluster (a layer above): runs a Pool or map given ``cluster=`` or a default cluster."""
 
 _mapstar, _starmapstar = _stdpool.mapstar, _stdpool.starmapstar  # type: ignore[attr-defined]  # typeshed omits these runtime names
 
@@ -67,11 +76,19 @@ class Pool(_stdpool.Pool):
     _outqueue: Any
     _quick_put: Optional[Callable[[Any], None]]
     _quick_get: Optional[Callable[[], Any]]
+    # What the stdlib's __del__ reads: right even for a Pool whose __init__ was interrupted
+    # before its first line ran or raised in a check below.
+    _state = _stdpool.INIT
+    _pool: List[Any]  # the worker processes
+
+    def __new__(cls, *args: Any, cluster: Any = None, **kwargs: Any) -> Any:
+        if cluster_backend is not None and cluster_backend.wanted(cluster):  # the Pool API on Dask
+            return cluster_backend.pool(*args, cluster=cluster, **kwargs)
+        return super().__new__(cls)
 
     def __init__(self, processes: Optional[int] = None, initializer: Optional[Callable[..., Any]] = None,
                  initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
-                 context: Any = None) -> None:
-        self._state = _stdpool.INIT  # what the stdlib's __del__ reads if a check below raises
+                 context: Any = None, cluster: Any = None) -> None:
         if processes is not None:
             processes = _checks.worker_count(processes, "processes", "nbmp.Pool(4), or nbmp.Pool() for one per CPU",
                                              none_ok=True)
@@ -81,7 +98,7 @@ class Pool(_stdpool.Pool):
         initargs = _checks.arguments(initargs, "initargs", "initargs=(x,)")
         if maxtasksperchild is not None:
             _checks.positive_int(maxtasksperchild, "maxtasksperchild", "maxtasksperchild=100, or None (no limit)",
-                                 none_ok=True)
+                                 none_ok=True, wrong_type=_checks.WrongTypeError)  # the stdlib: ValueError
         if context is not None and not callable(getattr(context, "Process", None)):
             raise TypeError(f"context must be a context from nbmp.get_context(...), not {type(context).__name__} "
                             f"{context!r}; e.g. nbmp.Pool(4, context=nbmp.get_context('spawn'))")
@@ -118,7 +135,7 @@ class Pool(_stdpool.Pool):
         # it would make terminate() hang, so wait a bounded time and drain regardless.
         # An idle worker holds that lock while it waits for a task: with nothing queued there
         # is nothing to drain and no reason to wait for it (an interrupt must end at once).
-        deadline = time.monotonic() + (0.1 if getattr(inqueue, "_nbmp_broken", False) else 5.0)
+        deadline = time.monotonic() + (0.1 if inqueue in BROKEN_QUEUES else 5.0)
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():
                 break
@@ -166,8 +183,8 @@ class Pool(_stdpool.Pool):
             iterable = list(iterable)
         result: _stdpool.MapResult[Any] = super()._map_async(  # type: ignore[misc]  # stdlib private
             Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
-        result._nbmp_length = len(iterable)  # type: ignore[attr-defined, arg-type]  # nbmp's own attribute; Sized: has __len__, or made a list above
-        self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func)  # type: ignore[attr-defined]  # stdlib private
+        self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func,  # type: ignore[attr-defined]  # stdlib private
+                         len(iterable))  # type: ignore[arg-type]  # Sized: has __len__, or made a list above
         return result
 
     def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {},
@@ -214,13 +231,14 @@ class Pool(_stdpool.Pool):
         return self._wait(lambda: self.apply_async(func, args, kwds), None, "apply", func)
 
     def _wait(self, submit: Callable[[], "_stdpool.ApplyResult[_T]"], sink: Any, what: str, func: Any) -> _T:
+        __tracebackhide__ = True  # noqa: F841  # IPython: a task's error shows the worker's traceback, not this
         # The interrupt may come at any moment of the call, while the tasks are queued too.
         try:
             result = submit()
             if sink is not None:
                 _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
-                                 self._ctx.get_start_method(), self._processes)
-            return result.get()
+                                 self._ctx.get_start_method(), self._processes, self._watch, list(self._pool))
+            return _outcome(result)
         except KeyboardInterrupt:
             self.terminate()  # stops the running tasks; workers ignore SIGINT themselves
             raise
@@ -243,14 +261,49 @@ def _free_result_lock(outqueue: Any, workers: List[Any]) -> None:
         lock.release()
 
 
-def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int) -> None:
-    """Emit the map's events to ``sink`` from this (the caller's) thread until it is done."""
-    run_id, total = new_run_id(), result._nbmp_length
+def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:
+    """``result.get()``; a task's error is raised from here, without the standard Pool's frames
+    (its ``__cause__`` holds the worker's traceback)."""
+    __tracebackhide__ = True  # noqa: F841  # see Pool._wait
+    result.wait()
+    if result.successful():
+        return result.get()
+    error: BaseException = result._value  # type: ignore[attr-defined]  # stdlib private: the task's exception
+    raise error.with_traceback(None)
+
+
+def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int, watch: Watch,
+                     workers: List[Any]) -> None:
+    """Emit the map's events to ``sink`` from this (the caller's) thread until it is done,
+    the end of each worker that dies holding one of its tasks included."""
+    run_id, total = new_run_id(), watch.lengths.get(result._job, 0)
     chunks = result._number_left
+    ran = _chunks_ran(result)
     sink.handle(RunStarted(run_id, target, start_method, nprocs))
+    for proc in workers:  # the dashboard samples the workers' CPU and memory by pid
+        index = getattr(getattr(proc, "launch", None), "index", None)
+        if proc.pid is not None and index is not None:
+            sink.handle(WorkerStarted(run_id, index, proc.pid))
+    deaths: "queue.SimpleQueue[WorkerExited]" = queue.SimpleQueue()  # filled by the Pool's result thread
+    with watch.listening(result._job, deaths.put):
+        _follow(result, sink, run_id, total, chunks, ran, deaths)
+    sink.handle(RunFinished(run_id, result.successful()))
+
+
+def _follow(result: Any, sink: Any, run_id: int, total: int, chunks: int, ran: "Deque[Tuple[int, Any, float]]",
+            deaths: "queue.SimpleQueue[WorkerExited]") -> None:
+    def tell_deaths() -> None:
+        while not deaths.empty():
+            sink.handle(dataclasses.replace(deaths.get(), run_id=run_id))
+
     shown = -1
     while True:
+        tell_deaths()
         ready = result.ready()
+        while ran:
+            event = _task_ran(run_id, *ran.popleft(), result._chunksize, total)
+            if event is not None:
+                sink.handle(event)
         done = total if ready and result.successful() else min(
             (chunks - result._number_left) * max(result._chunksize, 1), total)
         if done != shown:
@@ -259,7 +312,31 @@ def _report_progress(result: Any, sink: Any, target: str, start_method: str, npr
         if ready:
             break
         result.wait(0.1)
-    sink.handle(RunFinished(run_id, result.successful()))
+    tell_deaths()  # a death that failed the map is told before the map ends
+
+
+def _chunks_ran(result: Any) -> "Deque[Tuple[int, Any, float]]":
+    """Each chunk's (index, result pair, arrival time), collected as the stdlib's result
+    thread hands it to ``result`` (a wrapper of this one map's ``_set``)."""
+    ran: "Deque[Tuple[int, Any, float]]" = deque()
+    set_chunk = result._set
+
+    def _set(i: int, obj: Any) -> None:
+        ran.append((i, obj, time.time()))
+        set_chunk(i, obj)
+    result._set = _set
+    return ran
+
+
+def _task_ran(run_id: int, i: int, obj: Any, arrived: float, chunksize: int, total: int) -> Optional[TaskRan]:
+    """The dashboard's record of chunk ``i``: which worker ran it, when, and how it ended."""
+    count = max(0, min(chunksize, total - i * chunksize))
+    if isinstance(obj, Timed) and obj.worker is not None:
+        return TaskRan(run_id, obj.worker, obj.start, obj.end, "ok" if obj[0] else "raised", count)
+    error = obj[1]
+    if isinstance(error, WorkerLostError) and error.index is not None:  # start unknown: when the loss was seen
+        return TaskRan(run_id, error.index, arrived, arrived, "lost", count)
+    return None
 
 
 def _check_func(func: Any) -> None:
@@ -278,7 +355,7 @@ def _check_processes(value: Any, name: str) -> None:
 
 def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Optional[int] = None,
                  progress: Any = None, chunksize: Optional[int] = None,
-                 start_method: Optional[str] = None) -> List[Any]:
+                 start_method: Optional[str] = None, *, cluster: Any = None) -> List[Any]:
     """``[fn(x) for x in iterable]``, computed by a fresh :class:`nbmp.Pool` of ``workers``.
 
     ``workers`` defaults to the number of CPUs; never more than one per item is started;
@@ -291,6 +368,8 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
         >>> nbmp.parallel_map(lambda x: x * x, range(5), workers=2)
         [0, 1, 4, 9, 16]
     """
+    if cluster_backend is not None and cluster_backend.wanted(cluster):  # ``cluster``: see nbmp.spawn
+        return cluster_backend.parallel_map(fn, iterable, workers, progress, chunksize, start_method, cluster=cluster)  # type: ignore[no-any-return]
     _check_func(fn)
     if workers is not None:
         workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)

@@ -22,6 +22,7 @@ the initializer failed, every pending call fails and the Pool is closed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -30,14 +31,20 @@ import weakref
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._backend import pickling as _pickling
-from .errors import Death, WorkerLostError
+from .._backend.popen_fork import peak_rss
+from .._base import WorkerExited
+from .._forking import Launch
+from .errors import WorkerLostError, lost_error
 from .worker import Slot, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch"]
+__all__ = ["Watch", "BROKEN_QUEUES"]
+
+# The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
+BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 TICK = 0.25  # seconds between memory samples; deaths are seen at once (sentinels)
 
@@ -93,6 +100,7 @@ class Watch:
         self.lock = threading.Lock()
         self.workers: List[_Worker] = []
         self.names: Dict[int, str] = {}  # job id -> "map(square)", for messages
+        self.lengths: Dict[int, int] = {}  # job id -> a map's number of items
         self.broken: Optional[str] = None
         self.broken_error: Optional[BaseException] = None
         self.start_deaths = 0
@@ -107,6 +115,7 @@ class Watch:
         # (job, index) -> what gives back the single-use parts (shared-memory tickets) the
         # task's pickle carries, until its result arrives; called if the Pool is terminated.
         self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
+        self.listeners: Dict[int, Callable[[WorkerExited], None]] = {}  # job -> see listening()
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -121,20 +130,23 @@ class Watch:
         kwds["target"] = worker
         kwds["args"] = (*kwds.get("args", ()), slot)
         proc = ctx.Process(*args, **kwds)
-        proc._nbmp_worker = True  # ignores SIGINT from its start, dies with the Pool's process
         with self.lock:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
-            proc._nbmp_index = next(i for i in range(len(self.workers) + 1) if i not in used)
-            proc._nbmp_nprocs = self.nprocs
-            self.workers.append(_Worker(proc, slot, proc._nbmp_index))
+            index = next(i for i in range(len(self.workers) + 1) if i not in used)
+            # a worker: ignores SIGINT from its start, dies with the Pool's process
+            proc.launch = Launch(index=index, nprocs=self.nprocs, worker=True)
+            self.workers.append(_Worker(proc, slot, index))
         return proc
 
-    def name(self, job: int, what: str, func: Any) -> None:
+    def name(self, job: int, what: str, func: Any, length: Optional[int] = None) -> None:
         """Remember which call a job is, for error messages."""
         if len(self.names) > 4096:
             for old in list(self.names)[:2048]:
                 self.names.pop(old, None)
+                self.lengths.pop(old, None)
         self.names[job] = f"{what}({getattr(func, '__qualname__', None) or type(func).__name__})"
+        if length is not None:
+            self.lengths[job] = length
 
     def start(self, pool: Any) -> None:
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
@@ -220,8 +232,8 @@ class Watch:
             if self.start_deaths < 3:
                 return
         kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
-        death = Death(w.index, w.proc.pid, code, w.rss)
-        self._post(Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (death, phase)))
+        end = WorkerExited(0, w.index, code, pid=w.proc.pid or 0, rss=peak_rss(w.proc) or w.rss)
+        self._post(Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (end, phase)))
 
     def _post(self, notice: Notice) -> None:
         """Put ``notice`` behind everything the dead worker sent (same queue, same order)."""
@@ -279,21 +291,21 @@ class Watch:
     def handle(self, notice: Notice) -> None:
         """Fail the call(s) a notice concerns."""
         if notice.kind == "lost":
-            death, phase = notice.payload
+            end, phase = notice.payload
+            self._tell(notice.job, end)
             result = self.cache.get(notice.job)
             if result is not None:
                 verb = "while sending the result of" if phase == SENDING else "while running"
                 doing = f"{verb} {self._describe(result, notice.job, notice.index)}"
-                _fail(result, notice.index, death.error(doing, _KEEP_STAYS))
+                _fail(result, notice.index, lost_error(end, doing, _KEEP_STAYS))
         elif notice.kind == "lost-unknown":
-            death, _ = notice.payload
-            self._fail_all(death.error("while reading its next task (which call it was for is unknown)",
-                                       "Every pending call failed; the Pool stays usable."))
+            end, _ = notice.payload
+            self._tell(None, end)
+            self._fail_all(lost_error(end, "while reading its next task (which call it was for is unknown)",
+                                      "Every pending call failed; the Pool stays usable."))
         elif notice.kind == "bad-task":
             self._fail_all(notice.payload)
-        elif notice.kind == "unreadable":
-            self._break(notice)
-        else:  # "broken" (a queue lock may be held by the dead) or "init-failed"
+        else:  # "broken" (a queue lock may be held by the dead), "init-failed" or "unreadable"
             self._break(notice)
 
     def _break(self, notice: Notice) -> None:
@@ -304,18 +316,35 @@ class Watch:
             self.broken = f"a result could not be read ({notice.payload!r}), after a worker died mid-write"
             error = WorkerLostError(f"the Pool's result stream broke: {self.broken}. {_CLOSED}")
         else:
-            death, phase = notice.payload
+            end, phase = notice.payload
+            self._tell(None, end)
             doing = ("while starting (loading its target under spawn, or running the initializer)"
                      if phase == INIT else
                      "while reading a task (the task stream may be cut mid-message)")
-            error = death.error(doing, _CLOSED)
+            error = lost_error(end, doing, _CLOSED)
             self.broken = f"a worker died {doing}"
-        self.inqueue._nbmp_broken = True
         self.broken_error = error
+        BROKEN_QUEUES.add(self.inqueue)
         self._fail_all(error)
         pool = self._live_pool()
         if pool is not None:
             pool.close()
+
+    @contextlib.contextmanager
+    def listening(self, job: int, listener: Callable[[WorkerExited], None]) -> Iterator[None]:
+        """While in the block, call ``listener`` with the end of every worker that dies holding
+        a task of ``job`` (or a task nobody can name). A blocking map's dashboard listens."""
+        self.listeners[job] = listener
+        try:
+            yield
+        finally:
+            self.listeners.pop(job, None)
+
+    def _tell(self, job: Optional[int], end: WorkerExited) -> None:
+        everyone = job is None  # a death no one call can be blamed for concerns every listener
+        for listened, listener in list(self.listeners.items()):
+            if everyone or listened == job:
+                listener(end)
 
     def _fail_all(self, error: BaseException) -> None:
         for job, result in list(self.cache.items()):
@@ -325,7 +354,7 @@ class Watch:
         what = self.names.get(job) or _KINDS.get(type(result), "an apply_async call")
         if isinstance(result, MapResult) and result._chunksize > 1:  # type: ignore[attr-defined]  # stdlib private
             first = i * result._chunksize  # type: ignore[attr-defined]  # stdlib private
-            last = min(first + result._chunksize, getattr(result, "_nbmp_length", first + 1)) - 1  # type: ignore[attr-defined]  # stdlib private
+            last = min(first + result._chunksize, self.lengths.get(job, first + 1)) - 1  # type: ignore[attr-defined]  # stdlib private
             return f"task {i} of {what} (items {first} to {last})"
         return f"item {i} of {what}" if isinstance(result, (MapResult, IMapIterator)) else what
 

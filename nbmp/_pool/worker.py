@@ -23,6 +23,7 @@ import os
 import select
 import signal
 import tempfile
+import time
 import weakref
 from multiprocessing import reduction
 from multiprocessing import current_process
@@ -32,7 +33,7 @@ from typing import Any, Callable, Optional, Sequence
 from .._backend import pickling as _pickling
 from .errors import wrap_task_exception
 
-__all__ = ["worker", "Slot", "Notice", "Prepickled", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
+__all__ = ["worker", "load_function", "Slot", "Notice", "Timed", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
            "SENT", "JOB", "INDEX", "PHASE"]
 
 # Slot layout: the job and task index the worker holds, and its phase.
@@ -106,37 +107,29 @@ class Notice:
         return Notice, (self.kind, self.job, self.index, self.payload)
 
 
-class Prepickled:
-    """A map's function, pickled once for all its tasks and rebuilt once per worker.
+class Timed(tuple):  # type: ignore[type-arg]  # always (success, value), as the stdlib's results
+    """A task's ``(success, value)`` result that also says which worker ran it and when
+    (for the dashboard's Pool timeline, ``TaskRan``). It unpacks as the stdlib's pair, so
+    the stdlib's result objects take it unchanged; the extra fields cost ~30 bytes."""
 
-    cloudpickle sends a notebook function by value, which costs tens of
-    microseconds per task; a map of many chunks would pay it per chunk, on both
-    sides. The bytes are made at the first task and reused; workers keep the few
-    latest functions by their bytes (identical bytes, identical function).
-    A function that carries shared arrays or tensors is pickled per task instead:
-    each handle in it can be loaded by one process only.
-    """
+    worker: Optional[int]
+    start: float
+    end: float
 
-    __slots__ = ("func", "data")
-
-    def __init__(self, func: Callable[..., Any]) -> None:
-        self.func, self.data = func, b""
+    def __new__(cls, success: bool, value: Any, worker: Optional[int], start: float, end: float) -> "Timed":
+        self = super().__new__(cls, (success, value))
+        self.worker, self.start, self.end = worker, start, end
+        return self
 
     def __reduce__(self) -> Any:
-        if self.data:
-            return _load_function, (self.data,)
-        data, reusable = _pickling.dumps_reusable(self.func, {"the function": self.func},
-                                                  "send it to the Pool's workers")
-        if not reusable:
-            return _pickling.loads, (data,)  # bytes never seen twice: nothing to keep in the workers
-        self.data = data
-        return _load_function, (data,)
+        return Timed, (self[0], self[1], self.worker, self.start, self.end)
 
 
 _functions: "dict[bytes, Any]" = {}
 
 
-def _load_function(data: bytes) -> Any:
+def load_function(data: bytes) -> Any:
+    """A map's function from its bytes (``sending.Prepickled``), kept for the next chunks."""
     func = _functions.get(data)
     if func is None:
         if len(_functions) >= 16:
@@ -155,7 +148,7 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     inqueue._writer.close()
     outqueue._reader.close()
     me = current_process()
-    index, pid = getattr(me, "_nbmp_index", None), os.getpid()
+    index, pid = me.launch.index if hasattr(me, "launch") else None, os.getpid()
     send = _sender(outqueue, slot)
     slot[PHASE] = INIT
     if initializer is not None:
@@ -173,12 +166,13 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
             break
         job, i, func, args, kwds = task
         slot[JOB], slot[INDEX], slot[PHASE] = job, i, RUNNING
+        started = time.time()
         try:
-            result = (True, func(*args, **kwds))
+            result = Timed(True, func(*args, **kwds), index, started, time.time())
         except Exception as exc:
             if wrap_exception and func is not _helper_reraises_exception:
-                exc = wrap_task_exception(exc, index, pid)  # type: ignore[assignment]  # the wrapper travels in exc's place
-            result = (False, exc)
+                exc = wrap_task_exception(exc, index, pid)  # the wrapper travels in exc's place
+            result = Timed(False, exc, index, started, time.time())
         send((job, i, result), result)
         task = func = args = kwds = result = None  # type: ignore[assignment]  # drop the task's objects while waiting for the next
         completed += 1

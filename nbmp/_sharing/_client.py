@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from .._backend import posix as _posix
 from . import _janitor
 
 __all__ = ["tree_root", "send", "request"]
@@ -109,8 +110,11 @@ def send(root: int, message: str, fds: Sequence[int] = ()) -> None:
 
 
 def request(root: int, message: str) -> Tuple[str, List[int]]:
-    """Send ``message`` and wait for the janitor's one-line reply (and any fds with it)."""
-    with _lock:
+    """Send ``message`` and wait for the janitor's one-line reply (and any fds with it).
+
+    An interrupt is held until the reply is read: one raised in between would leave the
+    reply in the socket, to be read as the answer to the next request."""
+    with _lock, _posix.interrupts_deferred():
         conn = _connection(root)
         conn.sendall(message.encode())
         conn.settimeout(REPLY_TIMEOUT)

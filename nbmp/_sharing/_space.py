@@ -10,12 +10,13 @@ error at the allocation, which names the size, the room left and the fix.
 from __future__ import annotations
 
 import os
+from .._base.exceptions import NbmpError
 from .._base.util import format_bytes as _size, space
 
 __all__ = ["SharedMemoryFullError", "space", "check_fits", "reserve"]
 
 
-class SharedMemoryFullError(MemoryError):
+class SharedMemoryFullError(MemoryError, NbmpError):  # MemoryError first: its __new__ is the one to call
     """A shared-memory allocation would not fit; the message says what to do.
 
     Example::

@@ -21,6 +21,7 @@ from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
+from .._forking import Launch
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
 from .output import StreamPrinter
@@ -29,15 +30,14 @@ from .supervisor import Supervisor, Worker
 from .worker import Job, run
 from ..widgets import make_dashboard
 
-__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "run_sink_factories"]
+__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext"]
 
 DEFAULT_GRACE_PERIOD = 3.0
 # On KeyboardInterrupt workers get at most this long between SIGTERM and SIGKILL.
 INTERRUPT_GRACE_PERIOD = 1.0
 
-run_sink_factories: List[Callable[[RunStarted], Optional[EventSink]]] = []
-"""Called at the start of every run; a returned sink gets the run's events (the hook
-by which a notebook extension shows a dashboard for every ``spawn``)."""
+cluster_backend: Any = None
+"""Registered by nbmp._cluster (a layer above): runs a call given ``cluster=`` or a default cluster."""
 
 
 class ProcessContext:
@@ -89,6 +89,7 @@ class ProcessContext:
         :class:`ProcessExitedException` is raised, on this and every later call.
         A KeyboardInterrupt stops every worker and is re-raised.
         """
+        __tracebackhide__ = True  # noqa: F841  # IPython shows the worker's traceback, not nbmp's frames
         sup = self._supervisor
         if grace_period is not None:
             sup.grace_period = grace_period
@@ -150,17 +151,14 @@ def _error_for(worker: Worker) -> ProcessException:
     pid = int(worker.process.pid or 0)
     outcome = worker.outcome
     if outcome is None or outcome[0] == "ok":
-        return exited_error(worker.index, pid, int(worker.exitcode or 0))
+        assert worker.end is not None, "a failed worker has ended"
+        return exited_error(worker.end)
     if outcome[0] == "unloadable":
         text = "the worker's result could not be unpickled in the parent:\n" + outcome[1]
         return ProcessRaisedException(raised_message(worker.index, text), worker.index, pid)
-    _, _, _, text, pickled = outcome
-    error = ProcessRaisedException(raised_message(worker.index, text), worker.index, pid)
-    if pickled is not None:
-        try:
-            error.__cause__ = _pickling.loads(pickled)
-        except Exception:  # the message has the whole story anyway
-            pass
+    remote = outcome[1]  # the worker's exception, on nbmp's one remote-traceback path
+    error = ProcessRaisedException(raised_message(worker.index, remote.text), worker.index, pid)
+    error.__cause__ = remote.exc
     return error
 
 
@@ -172,7 +170,7 @@ def _error_for(worker: Worker) -> ProcessException:
 def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
                     daemon: bool = False, start_method: Optional[str] = None, *, output: str = "prefix",
                     grace_period: float = DEFAULT_GRACE_PERIOD, dashboard: Any = None,
-                    sinks: Sequence[EventSink] = ()) -> Any:
+                    sinks: Sequence[EventSink] = (), cluster: Any = None) -> Any:
     """Run ``fn(i, *args)`` in ``nprocs`` processes, ``i`` = 0..nprocs-1.
 
     With ``join=True`` (default) wait and return the return values ordered by
@@ -184,22 +182,24 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     default set by ``nbmp.set_dashboard``, else a widget in a notebook and text
     elsewhere), True, False, ``"widget"``, ``"text"`` or ``"off"``.
     ``sinks`` (advanced): objects with ``handle(event)`` that get the run's events.
+    ``cluster``: a ``distributed.Client`` or scheduler address: one rank per Dask worker
+    (docs/cluster.md); None runs here unless ``nbmp.set_cluster`` set a default.
 
     Example::
 
         >>> nbmp.start_processes(lambda i, x: i + x, args=(10,), nprocs=3, start_method="spawn")
         [10, 11, 12]
     """
+    __tracebackhide__ = True  # noqa: F841  # see ProcessContext.join
+    if cluster_backend is not None and cluster_backend.wanted(cluster):
+        return cluster_backend.spawn(fn, args, nprocs, join, daemon, start_method, cluster=cluster, output=output,
+                                     grace_period=grace_period, dashboard=dashboard, sinks=sinks)
     ctx, args, nprocs = check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
     stop = _StopButton(grace_period)
     board = make_dashboard(dashboard, stop=stop)  # validates ``dashboard`` before anything starts
     run_id = new_run_id()
     events = _broadcast(output, [*sinks, board])
     started = RunStarted(run_id, _name_of(fn), ctx.get_start_method(), nprocs)
-    for factory in run_sink_factories:
-        sink = factory(started)
-        if sink is not None:
-            events.sinks.append(sink)
     events.handle(started)
     process_context: Optional[ProcessContext] = None
     try:
@@ -226,13 +226,14 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
 
     The same as :func:`start_processes` (torch's ``spawn`` forces the spawn start
     method; nbmp's uses nbmp's default, fork first, unless ``start_method`` says
-    otherwise). Keyword-only options: ``output``, ``grace_period``, ``dashboard``, ``sinks``.
+    otherwise). Keyword-only options: ``output``, ``grace_period``, ``dashboard``, ``sinks``, ``cluster``.
 
     Example::
 
         >>> nbmp.spawn(lambda i: i * i, nprocs=4)
         [0, 1, 4, 9]
     """
+    __tracebackhide__ = True  # noqa: F841  # see ProcessContext.join
     return start_processes(fn, args, nprocs, join, daemon, start_method, **options)
 
 
@@ -296,8 +297,7 @@ def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, 
     ends: List[Optional[connection.Connection]] = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
     job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
-    process._nbmp_index, process._nbmp_nprocs = i, nprocs  # read by the child's bootstrap
-    process._nbmp_worker = True  # ignores SIGINT from its start, dies with its parent
+    process.launch = Launch(index=i, nprocs=nprocs, worker=True)  # ignores SIGINT from its start, dies with us
     try:
         process.start()
     except BaseException:

@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._backend import cells as _cells
+from .._backend.popen_fork import peak_rss
 from .._forking import ForkLock
 from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
 from .output import LineSplitter
@@ -44,9 +44,10 @@ class Worker:
     process: BaseProcess
     result_pipe: Connection
     output_pipes: Dict[int, str] = field(default_factory=dict)  # read fd -> "stdout" | "stderr"
-    outcome: Optional[Tuple[Any, ...]] = None  # the worker's message, unpickled
+    outcome: Optional[Tuple[Any, ...]] = None  # the worker's message, unpickled: ("ok", value) or ("raised", Remote)
     exitcode: Optional[int] = None
     killed_by_us: bool = False
+    end: Optional[WorkerExited] = None  # the record of its end, once it has ended
 
     @property
     def failed(self) -> bool:
@@ -201,10 +202,7 @@ class Supervisor:
             worker.outcome = pickle.loads(data)
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
-        if worker.outcome[0] == "raised":  # frames of notebook cells read "Cell In[5], line 3"
-            kind, exc_type, message, text, pickled = worker.outcome
-            worker.outcome = (kind, exc_type, message, _cells.label_cells(text), pickled)
-        else:
+        if worker.outcome[0] != "raised":
             try:  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
                 worker.result_pipe.send_bytes(b"")
             except OSError:
@@ -229,12 +227,23 @@ class Supervisor:
 
     def _report_exit(self, worker: Worker) -> None:
         if worker.outcome is not None and worker.outcome[0] == "raised":
-            _, exc_type, message, text, _ = worker.outcome
-            self.events.handle(WorkerRaised(self.run_id, worker.index, exc_type, message, text))
-        self.events.handle(WorkerExited(self.run_id, worker.index, worker.exitcode or 0, worker.killed_by_us))
+            remote = worker.outcome[1]
+            self.events.handle(WorkerRaised(self.run_id, worker.index, remote.exc_type, remote.message, remote.text))
+        worker.end = WorkerExited(self.run_id, worker.index, worker.exitcode or 0, worker.killed_by_us,
+                                  pid=int(worker.process.pid or 0), rss=peak_rss(worker.process),
+                                  stopped=self._stop_reason() if worker.killed_by_us else "")
+        self.events.handle(worker.end)
         if worker.failed and not worker.killed_by_us and self.failure is None:
             self.failure = worker
             self.stop(self.grace_period)
+
+    def _stop_reason(self) -> str:
+        """Why nbmp is stopping this run's workers (a key of ``nbmp._base.ends.STOP_REASONS``)."""
+        if self.interrupted:
+            return "interrupt"
+        if self.stopped:
+            return "stop"
+        return "failure" if self.failure is not None else "close"
 
     def _terminate_live(self) -> None:
         for worker in self.workers:

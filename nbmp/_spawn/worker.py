@@ -3,7 +3,8 @@ message that tells the parent how it ended.
 
 The worker sends exactly one message on its result pipe, pickled by nbmp's pickler
 (so shared arrays cross as handles and lambdas travel): ``("ok", value)`` or
-``("raised", exc_type, message, traceback, pickled_exception_or_None)``. After an
+``("raised", captured)``, where ``captured`` is the exception on nbmp's one remote-traceback
+path (``nbmp._backend.remote``: a ``Remote`` record in the parent). After an
 ``"ok"`` whose value the parent must fetch parts of from this process, it waits for
 the parent's receipt before exiting (the parent sends one after every ``"ok"``). A worker that sends
 nothing was killed or called ``sys.exit``; its exit code tells the rest.
@@ -12,12 +13,12 @@ nothing was killed or called ``sys.exit``; its exit code tells the rest.
 from __future__ import annotations
 
 import sys
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
+from .._backend.remote import CapturedException
 from .output import redirect_std_fds
 
 __all__ = ["Job", "run"]
@@ -89,14 +90,8 @@ def _call(job: Job) -> Tuple[bool, bytes]:
 
 
 def _describe(exc: BaseException) -> bytes:
-    # Start the traceback at fn's own frame: the frames above it are nbmp's.
-    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    try:
-        pickled: Optional[bytes] = _pickling.dumps(exc)
-    except Exception:  # the parent still gets the type, message and traceback
-        pickled = None
-    return _pickling.dumps(("raised", type(exc).__qualname__, str(exc), text, pickled))
+    # The traceback starts at fn's own frame: this module's frames are nbmp's.
+    return _pickling.dumps(("raised", CapturedException(exc, skip=(__file__,), as_exception=False)))
 
 
 def _flush_all() -> None:

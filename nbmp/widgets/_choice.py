@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Optional, Union
 
-__all__ = ["Choice", "ENV_VAR", "check_dashboard", "set_dashboard", "resolve_frontend"]
+__all__ = ["Choice", "ENV_VAR", "check_dashboard", "set_dashboard", "resolve_frontend", "live_widget_updates"]
 
 Choice = Union[bool, str, None]
 ENV_VAR = "NBMP_DASHBOARD"
@@ -105,3 +105,18 @@ def _in_worker() -> bool:
 
 def _widgets_importable() -> bool:
     return "ipywidgets" in sys.modules or importlib.util.find_spec("ipywidgets") is not None
+
+
+def live_widget_updates() -> bool:
+    """Whether widget updates sent from the dashboard's thread reach the front end while
+    the cell blocks: the kernel sends iopub messages from any thread through its IOPub
+    thread (ipykernel's ``BackgroundSocket``) with the running cell as their parent
+    (``get_parent``). Both hold in ipykernel 6.29 and 7.x; an in-process kernel (Spyder,
+    qtconsole's in-process mode) or another kernel class may lack them."""
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    kernel = getattr(shell, "kernel", None)
+    iostream = sys.modules.get("ipykernel.iostream")
+    background = getattr(iostream, "BackgroundSocket", None)
+    return (background is not None and isinstance(getattr(kernel, "iopub_socket", None), background)
+            and callable(getattr(kernel, "get_parent", None)))

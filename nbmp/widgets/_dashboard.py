@@ -19,7 +19,8 @@ import weakref
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from .._base import events as ev
-from ._choice import Choice, check_dashboard, resolve_frontend
+from ._choice import Choice, check_dashboard, live_widget_updates, resolve_frontend
+from ._html import html_document, snapshot, static_html
 from ._sampler import ProcessProbe, Ticker
 from ._state import DashboardState, read_shm
 from ._terminal import TextView
@@ -72,7 +73,7 @@ class Dashboard:
     def _make_view(self, stream: Any) -> Any:
         if self.frontend == "widget":
             from ._ipywidgets import WidgetView
-            return WidgetView(self._stop_for)
+            return WidgetView(self._stop_for, live=live_widget_updates())
         return TextView(stream)
 
     def _stop_for(self, run_id: int) -> Optional[StopCallback]:
@@ -140,6 +141,27 @@ class Dashboard:
         """The state as a plain-text table, tracebacks included."""
         with self._lock:
             return summary_table(self.state, tracebacks=True)
+
+    def html(self) -> str:
+        """The dashboard as it is now, as static HTML (plots as inline SVG, no script)."""
+        with self._lock:
+            snap = snapshot(self.state, self.state.now())
+        return static_html(snap, "nbmp dashboard, saved with Dashboard.save_html")
+
+    def save_html(self, path: "str | os.PathLike[str]") -> str:
+        """Write the dashboard as a standalone HTML page to ``path`` (a post-mortem of
+        its runs: tables, plots, timelines, tracebacks, output); returns the path.
+
+        Example::
+
+            >>> d = nbmp.Dashboard("text")
+            >>> nbmp.spawn(work, nprocs=4)
+            >>> d.save_html("run.html")
+            'run.html'
+        """
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(html_document(self.html()))
+        return os.fspath(path)
 
     def close(self) -> None:
         """Stop watching: end the background thread and draw the final state."""

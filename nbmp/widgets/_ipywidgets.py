@@ -21,7 +21,7 @@ except ImportError as err:  # pragma: no cover - exercised only without the extr
     raise ImportError("nbmp's widget dashboard needs ipywidgets: pip install 'nbmp[notebook]' "
                       "(or use dashboard='text')") from err
 
-from ._html import RunSnapshot, Snapshot, snapshot
+from ._html import RunSnapshot, Snapshot, snapshot, static_html
 from ._state import DashboardState
 from ._subshell import ClickRoute
 
@@ -42,6 +42,17 @@ def _hook(widget: _W, part: str) -> _W:
     return widget
 
 
+# Beside the Stop button where the kernel cannot handle its click while the cell blocks (before ipykernel 7.4).
+STOP_LATE = ("<span style='color:#888;font-size:85%'>this kernel handles Stop when the cell ends; "
+             "interrupt the kernel (&#9632;) to stop the run now</span>")
+# What a front end that renders no widgets shows while a run goes (the text/plain beside the widget).
+NO_WIDGETS = ("nbmp dashboard: a live ipywidgets view, which this front end does not display; the run's "
+              "summary replaces this line when it ends (nbmp.set_dashboard('text') shows a live text status)")
+# Shown instead of the widget where the kernel cannot update a widget while the cell runs.
+NOT_LIVE = ("nbmp dashboard: this kernel cannot update a widget while the cell runs, so the dashboard "
+            "appears here when the run ends (interrupt the kernel to stop the run)")
+
+
 class _RunWidgets:
     """The widgets of one run."""
 
@@ -53,6 +64,7 @@ class _RunWidgets:
         self.progress = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="300px"))
         self.progress_label = w.HTML()
         self.table = _hook(w.HTML(), "workers")
+        self.timeline = _hook(w.HTML(layout=w.Layout(display=_HIDDEN)), "timeline")
         self.failures = _hook(w.Accordion(layout=w.Layout(display=_HIDDEN)), "failures")
         self.outputs = _hook(w.Accordion(layout=w.Layout(display=_HIDDEN)), "outputs")
         self._output_html: Dict[int, w.HTML] = {}
@@ -60,8 +72,11 @@ class _RunWidgets:
         self.stop_button.on_click(self._on_stop)
         # Without this a click waits for the blocked cell to end (see _subshell.py).
         self._route = ClickRoute.open(self.stop_button) if stop is not None else None
-        self.box = _hook(w.VBox([w.HBox([self.title, self.stop_button]), w.HBox([self.progress, self.progress_label]),
-                                 self.table, self.failures, self.outputs]), "run")
+        late = stop is not None and self._route is None  # say so, rather than show a button that seems dead
+        self.stop_note = _hook(w.HTML(STOP_LATE if late else "", layout=w.Layout(display=_SHOWN if late else _HIDDEN)),
+                               "stop-note")
+        self.box = _hook(w.VBox([w.HBox([self.title, self.stop_button, self.stop_note]), w.HBox([self.progress, self.progress_label]),
+                                 self.table, self.timeline, self.failures, self.outputs]), "run")
 
     def _on_stop(self, _button: w.Button) -> None:
         self.stop_button.disabled = True
@@ -76,11 +91,14 @@ class _RunWidgets:
         self.progress.bar_style = "" if not snap.finished else ("danger" if snap.failures else "success")
         self.progress_label.value = snap.progress_label
         self.table.value = snap.table
+        if snap.timeline:
+            self.timeline.value = snap.timeline
+            self.timeline.layout.display = _SHOWN
         self._update_failures(snap)
         self._update_outputs(snap)
         if snap.finished:
             self.stop_button.disabled = True
-            self.stop_button.layout.display = _HIDDEN
+            self.stop_button.layout.display = self.stop_note.layout.display = _HIDDEN
             self.close_route()
 
     def close_route(self) -> None:
@@ -113,11 +131,19 @@ class _RunWidgets:
 
 
 class WidgetView:
-    """Every run a dashboard watches, one section each, and a shared-memory line."""
+    """Every run a dashboard watches, one section each, and a shared-memory line.
 
-    live = True  # redraws while the run goes (the text view without a terminal does not)
+    While a run is live the cell's output shows the widget tree. When no run is live any
+    more, the output is replaced by a static copy of the same dashboard (``text/html``,
+    plots included, and the summary table as ``text/plain``): that is what a notebook
+    saved without widget state keeps, and what nbconvert, nbviewer and GitHub show. A
+    hand-made dashboard's next run brings the widget back. With ``live=False`` (a kernel
+    that cannot send widget updates from a thread) a notice stands until the snapshot.
+    """
 
-    def __init__(self, stop_for: StopLookup) -> None:
+    def __init__(self, stop_for: StopLookup, live: bool = True) -> None:
+        self.live = live  # redraws while the run goes (else only at the run's start and end)
+        self._static = True  # the display shows the notice or a snapshot, not the widget
         self._stop_for = stop_for
         self._runs: Dict[int, _RunWidgets] = {}
         self._runs_box = w.VBox()
@@ -129,12 +155,14 @@ class WidgetView:
 
     def show(self) -> None:
         from IPython.display import display
-        self._display = display(self._bundle("nbmp dashboard: waiting for a run"), raw=True, display_id=True)
+        self._display = display(self._bundle(), raw=True, display_id=True)
+        self._static = not self.live
 
-    def _bundle(self, text: str) -> Dict[str, object]:
-        # The text/plain part is what a notebook saved without widget state shows.
+    def _bundle(self) -> Dict[str, object]:
+        if not self.live:
+            return {"text/html": f"<div class='nbmp-notice'>{NOT_LIVE}</div>", "text/plain": NOT_LIVE}
         view = {"version_major": 2, "version_minor": 0, "model_id": self.root.model_id}
-        return {"application/vnd.jupyter.widget-view+json": view, "text/plain": text}
+        return {"application/vnd.jupyter.widget-view+json": view, "text/plain": NO_WIDGETS}
 
     def update(self, snap: Snapshot) -> None:
         with self._lock:
@@ -145,9 +173,16 @@ class WidgetView:
                 widgets.update(run)
             self._drop_forgotten({run.run_id for run in snap.runs})
             self._shm.value = snap.shm
-            if snap.summary is not None and snap.summary != self._summary and self._display is not None:
-                self._display.update(self._bundle(snap.summary), raw=True)
-                self._summary = snap.summary
+            if self._display is None:
+                return
+            if snap.summary is not None and snap.summary != self._summary:
+                # No widget mimetype: a front end without the widget's state (a saved notebook
+                # reopened, nbconvert, GitHub) would show "model not found" instead of the html.
+                self._display.update({"text/html": static_html(snap), "text/plain": snap.summary}, raw=True)
+                self._summary, self._static = snap.summary, True
+            elif snap.summary is None and self._static and self.live:  # a new run: the live widget again
+                self._display.update(self._bundle(), raw=True)
+                self._summary, self._static = None, False
 
     def close(self) -> None:
         """Give back what the live run needed (the Stop button's subshell); widgets stay."""

@@ -16,6 +16,7 @@ from typing import Any, Callable, Deque, Dict, NamedTuple, Optional, Protocol, T
 from .._base import events as ev
 from .._base.util import space
 from .._sharing import shm_usage
+from ._history import Series, TaskSpan, WorkerSpans
 
 __all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",
            "DashboardState", "read_shm"]
@@ -46,6 +47,7 @@ class WorkerState:
     index: int
     max_lines: int = 20
     pid: Optional[int] = None
+    host: str = ""  # a cluster rank's host ("" on this machine); its CPU and memory come as WorkerStats
     state: str = "starting"
     start_time: Optional[float] = None
     end_time: Optional[float] = None
@@ -56,6 +58,8 @@ class WorkerState:
     total: Optional[int] = None
     exception: Optional[ExceptionInfo] = None
     output: Deque[OutputLine] = field(default_factory=deque)
+    cpu_history: Series = field(default_factory=Series)  # what the plots draw: every sample of the run
+    rss_history: Series = field(default_factory=Series)
 
     def __post_init__(self) -> None:
         self.output = deque(self.output, maxlen=self.max_lines)
@@ -84,6 +88,7 @@ class RunState:
     done: Optional[int] = None  # run-wide task progress (a Pool map), when reported
     total: Optional[int] = None
     workers: Dict[int, WorkerState] = field(default_factory=dict)
+    spans: Dict[int, WorkerSpans] = field(default_factory=dict)  # a Pool's chunks per worker (TaskRan)
     reporting: bool = False  # a worker sent more than its start (output, progress, an exit)
 
     @property
@@ -188,6 +193,7 @@ class DashboardState:
     max_finished_runs: int = 10  # finished runs kept for display (a long-lived Pool runs many maps)
     runs: Dict[int, RunState] = field(default_factory=dict)
     shm: ShmState = field(default_factory=ShmState)
+    shm_history: Series = field(default_factory=Series)  # nbmp's shared-memory bytes over time
     version: int = 0
 
     def now(self) -> float:
@@ -218,16 +224,20 @@ class DashboardState:
     def live_pids(self) -> Dict[Tuple[int, int], int]:
         """``(run_id, index) -> pid`` of every live worker whose pid is known."""
         return {(run.run_id, w.index): w.pid for run in self.runs.values() for w in run.workers.values()
-                if w.live and w.pid is not None}
+                if w.live and w.pid is not None and not w.host}
 
     def record_samples(self, samples: Dict[Tuple[int, int], Tuple[Optional[float], Optional[int]]],
                        shm: Optional[ShmState] = None) -> None:
+        now = self.clock()
         for (run_id, index), (cpu, rss) in samples.items():
             worker = self.runs[run_id].workers.get(index) if run_id in self.runs else None
             if worker is not None and worker.live:
                 worker.cpu_percent, worker.rss = cpu, rss
+                worker.cpu_history.add(now, cpu)
+                worker.rss_history.add(now, rss)
         if shm is not None:
             self.shm = shm
+            self.shm_history.add(now, shm.bytes)
         self.version += 1
 
     # -- folding ---------------------------------------------------------------------
@@ -262,9 +272,13 @@ def _run_started(state: DashboardState, e: ev.RunStarted) -> None:
 
 def _worker_started(state: DashboardState, e: ev.WorkerStarted) -> None:
     worker = state._worker(e, e.index)
-    worker.pid, worker.start_time = e.pid, e.time
+    worker.pid, worker.start_time, worker.host = e.pid, e.time, e.host
     if worker.state == "starting":
         worker.state = "running"
+
+
+def _worker_stats(state: DashboardState, e: ev.WorkerStats) -> None:
+    state.record_samples({(e.run_id, e.index): (e.cpu_percent, e.rss)})
 
 
 def _worker_output(state: DashboardState, e: ev.WorkerOutput) -> None:
@@ -300,6 +314,12 @@ def _task_progress(state: DashboardState, e: ev.TaskProgress) -> None:
         worker.done, worker.total = e.done, e.total
 
 
+def _task_ran(state: DashboardState, e: ev.TaskRan) -> None:
+    run = state._run(e.run_id, e.time)
+    run.spans.setdefault(e.index, WorkerSpans()).add(TaskSpan(e.start, e.end, e.outcome, e.count))
+    state._worker(e, e.index).done += e.count
+
+
 def _run_finished(state: DashboardState, e: ev.RunFinished) -> None:
     run = state._run(e.run_id, e.time)
     run.end_time, run.ok = e.time, e.ok
@@ -316,9 +336,11 @@ _HANDLERS: Dict[type, Callable[[DashboardState, Any], None]] = {
     ev.RunStarted: _run_started,
     ev.WorkerStarted: _worker_started,
     ev.WorkerOutput: _worker_output,
+    ev.WorkerStats: _worker_stats,
     ev.WorkerRaised: _worker_raised,
     ev.WorkerExited: _worker_exited,
     ev.TaskProgress: _task_progress,
+    ev.TaskRan: _task_ran,
     ev.RunFinished: _run_finished,
 }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Collection, List, Optional, Sequence
 
 from .._base.util import format_bytes, signal_name
+from ._history import pool_note
 from ._state import DashboardState, RunState, ShmState, WorkerState
 
 __all__ = ["status_line", "summary_table", "fmt_bytes", "fmt_duration", "fmt_cpu", "fmt_exit",
@@ -82,7 +83,8 @@ def shm_text(shm: ShmState) -> str:
 
 def worker_cells(worker: WorkerState, now: float) -> List[str]:
     """One row of the worker table, in ``WORKER_COLUMNS`` order."""
-    return [str(worker.index), str(worker.pid) if worker.pid is not None else "-", worker.state,
+    pid = "-" if worker.pid is None else f"{worker.pid}@{worker.host}" if worker.host else str(worker.pid)
+    return [str(worker.index), pid, worker.state,
             fmt_duration(worker.elapsed(now)), fmt_cpu(worker.cpu_percent), fmt_bytes(worker.rss),
             fmt_tasks(worker), fmt_exit(worker.exitcode)]
 
@@ -127,6 +129,10 @@ def _run_block(run: RunState, now: float, tracebacks: bool) -> str:
     lines = [f"nbmp {run_title(run, now)} ({counts_text(run)})"]
     rows = [worker_cells(w, now) for _, w in sorted(run.workers.items())]
     lines += ["  " + line for line in _table(WORKER_COLUMNS, rows)]
+    if run.spans and run.start_time is not None:
+        end = run.end_time if run.end_time is not None else now
+        note = pool_note(run.spans, run.nprocs or len(run.workers), run.start_time, end)
+        lines += [f"  note: {note}"] if note else []
     for _, worker in sorted(run.workers.items()):
         if worker.exception is None:
             continue

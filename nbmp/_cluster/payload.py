@@ -1,0 +1,60 @@
+"""What a cluster run sends its ranks: ``fn``, ``args`` and the notebook's cell sources.
+
+Two encodings, by where the rank's worker is:
+
+* **on the client's host**, nbmp's pickler, so an array in nbmp's shared memory crosses
+  as a handle (no copy; writes are seen both ways, as on one machine). A handle carries a
+  single-use ticket, so each local rank gets its own pickle: small, since the data is not
+  in it. A large ndarray argument that is not shared yet is copied into shared memory
+  once (``nbmp.share``) and then goes to every local rank as a handle.
+* **on another host**, plain cloudpickle (values, not handles), pickled once and sent
+  once per host: inline with the task when small, else scattered to one worker of the
+  host, from which the host's other ranks fetch it (Dask fetches from its own host first).
+"""
+
+from __future__ import annotations
+
+import sys
+from itertools import groupby
+from typing import Any, Dict, List, Tuple
+
+import cloudpickle
+
+from .._backend import cells as _cells, pickling as _pickling
+from .._sharing import get_sharing_threshold, is_shared, share
+from . import connect
+
+__all__ = ["payloads", "SCATTER_ABOVE"]
+
+SCATTER_ABOVE = 1 << 20  # bytes: below this, a payload inline with each task costs less than a scatter
+
+
+def payloads(client: Any, fn: Any, args: Tuple[Any, ...], addresses: List[str]) -> Dict[str, Any]:
+    """``{worker address: payload bytes, or a future holding them}`` for the run's ranks."""
+    host_of = {address: host for host, address in connect.worker_hosts(client)}
+    local = [a for a in addresses if connect.is_local_host(host_of[a])]
+    remote = [a for a in addresses if a not in local]
+    cells = _cells.cell_sources()
+    placed: Dict[str, Any] = {}
+    if local:
+        shared = tuple(_shared_if_big(arg) for arg in args)
+        placed.update({address: _pickling.dumps((fn, shared, cells)) for address in local})
+    if remote:
+        data = cloudpickle.dumps((fn, args, cells))
+        for _, group in groupby(sorted(remote, key=host_of.__getitem__), key=host_of.__getitem__):
+            placed.update(_once_per_host(client, data, list(group)))
+    return placed
+
+
+def _shared_if_big(arg: Any) -> Any:
+    numpy = sys.modules.get("numpy")
+    if numpy is None or type(arg) is not numpy.ndarray or is_shared(arg) or arg.dtype.hasobject:
+        return arg
+    return share(arg) if arg.nbytes >= get_sharing_threshold() else arg
+
+
+def _once_per_host(client: Any, data: bytes, workers: List[str]) -> Dict[str, Any]:
+    if len(data) < SCATTER_ABOVE:
+        return dict.fromkeys(workers, data)
+    [future] = client.scatter([data], workers=workers[:1], hash=False)
+    return dict.fromkeys(workers, future)

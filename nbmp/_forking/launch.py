@@ -1,0 +1,40 @@
+"""What a child of nbmp needs from its first instruction: one declared record, not loose
+attributes on the process object.
+
+Whoever starts a process says what it is (``spawn``: rank and world size, a worker;
+a Pool: its slot, a worker); ``Process.start`` completes the record with the settings of
+that moment (``registry.stamp``: the parent's pid, the seed to derive from, the thread
+budget); the child's bootstrap reads it (``registry.start_child``; ``worker`` also sets
+how it takes SIGINT and its parent's death). The record travels with the process object:
+inherited by fork, pickled with it under spawn and forkserver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+__all__ = ["Launch"]
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A child's launch settings.
+
+    ``index``: its rank in its run (None: its start order); ``nprocs``: the run's size
+    (0: unknown); ``worker``: a spawn or Pool worker, which ignores SIGINT from its start
+    and dies with its parent; set at start: ``parent`` (the starting process's pid),
+    ``base_seed`` (None: fresh entropy) and ``threads`` (the explicit thread budget, or None).
+
+    Example::
+
+        >>> p = nbmp.Process(target=print)
+        >>> p.launch = Launch(index=0, nprocs=4, worker=True)
+    """
+
+    index: Optional[int] = None
+    nprocs: int = 0
+    worker: bool = False
+    parent: int = 0
+    base_seed: Optional[int] = None
+    threads: Optional[int] = None
