@@ -31,6 +31,7 @@ import types
 from typing import Any, Dict, List, Optional
 
 IMPL_VAR, METHOD_VAR, TYPES_VAR, ONLY_VAR = "NBMP_SUITE_IMPL", "NBMP_SUITE_METHOD", "NBMP_SUITE_TYPES", "NBMP_SUITE_ONLY"
+TEST_TIMEOUT_VAR = "NBMP_SUITE_TEST_TIMEOUT"
 MODULE = "_nbmp_cpython_suite_tests"  # the test classes' importable home (spawn children unpickle them)
 MIRRORS = ["connection", "context", "dummy", "heap", "managers", "pool", "process", "queues", "reduction",
            "shared_memory", "sharedctypes", "synchronize", "util"]
@@ -117,13 +118,27 @@ def build_tests() -> types.ModuleType:
 
 def run_tests(module: types.ModuleType) -> None:
     """Run the tests, printing one ``@@ outcome test_id`` line per test as it ends."""
+    import faulthandler
     import signal
     import unittest
     # A driver started in the background (``make cpython-suite &``) hands its children
     # SIGINT ignored; the tests that send SIGINT expect Python's default handler.
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+    per_test = float(os.environ.get(TEST_TIMEOUT_VAR, "300"))
+
     class Result(unittest.TextTestResult):
+        # A test that hangs dumps every thread's stack to stderr and ends the run, as
+        # regrtest's --timeout does: the driver prints it and names the test.
+        def startTest(self, test: Any) -> None:
+            print(f"@@ start {test.id()}", file=sys.__stdout__, flush=True)
+            faulthandler.dump_traceback_later(per_test, exit=True)
+            super().startTest(test)
+
+        def stopTest(self, test: Any) -> None:
+            faulthandler.cancel_dump_traceback_later()
+            super().stopTest(test)
+
         def _report(self, outcome: str, test: Any) -> None:
             print(f"@@ {outcome} {test.id()}", file=sys.__stdout__, flush=True)
 
@@ -186,12 +201,19 @@ def run_one(impl: str, method: str, types_: List[str], timeout: float, only: Lis
         out, err = proc.communicate()
         hung = True
     outcomes: Dict[str, str] = {}
+    last_started = None
     for line in out.splitlines():
         if line.startswith("@@ "):
             _, outcome, test_id = line.split(" ", 2)
-            outcomes[test_id.split(".", 1)[1]] = outcome
+            if outcome == "start":
+                last_started = test_id.split(".", 1)[1]
+            else:
+                outcomes[test_id.split(".", 1)[1]] = outcome
+    if hung or proc.returncode != 0:  # a hang or a crash: say where, with the child's last words
+        print(f"{method} {impl}: the run {'hung' if hung else f'exited with {proc.returncode}'}"
+              f" during {last_started or 'start-up'}; its stderr ends with:\n{err[-6000:]}", flush=True)
     return {"outcomes": outcomes, "hung": hung, "seconds": round(time.monotonic() - started),
-            "stderr_tail": err[-4000:], "returncode": proc.returncode}
+            "stderr_tail": err[-4000:], "returncode": proc.returncode, "last_started": last_started}
 
 
 def confirmed(method: str, types_: List[str], timeout: float, suspects: List[str]) -> List[str]:
@@ -222,6 +244,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--types", nargs="+", default=["processes", "manager"])
     parser.add_argument("--impls", nargs="+", default=["stdlib", "nbmp"])
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run (default 1200)")
+    parser.add_argument("--test-timeout", type=float, default=300,
+                        help="seconds per test before its stacks are dumped and the run ends (default 300)")
     parser.add_argument("--only", nargs="+", default=[], help="run only the tests whose id contains one of these")
     parser.add_argument("--json", help="also write the full results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -229,6 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.child:
         run_tests(_tests)
         return 0
+    os.environ[TEST_TIMEOUT_VAR] = str(args.test_timeout)
     try:
         import test._test_multiprocessing  # noqa: F401
     except ImportError as exc:

@@ -1,8 +1,9 @@
 """Connections that send with nbmp's pickler.
 
-Differs from ``multiprocessing.connection.Connection`` in ``send`` only: the
-object is pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers).
-``recv`` is the standard one, since nbmp's pickles load with plain pickle.
+Differs from ``multiprocessing.connection.Connection`` in ``send``: the object is
+pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers); and in
+``recv``, which loads with plain pickle, but whole: an interrupt waits for the end of
+the load (shared-memory tickets half taken would stay held, see ``loads_whole``).
 """
 
 from __future__ import annotations
@@ -22,12 +23,20 @@ class Connection(connection.Connection):
         def _check_closed(self) -> None: ...
         def _check_writable(self) -> None: ...
         def _send_bytes(self, buf: bytes) -> None: ...
+        def _check_readable(self) -> None: ...
+        def _recv_bytes(self, maxsize: Any = None) -> Any: ...
 
     def send(self, obj: Any) -> None:
         """Send ``obj``, pickled by nbmp, to the other end."""
         self._check_closed()
         self._check_writable()
         self._send_bytes(_pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process"))
+
+    def recv(self) -> Any:
+        """Receive an object sent by the other end (waiting for one); loaded whole."""
+        self._check_closed()
+        self._check_readable()
+        return _pickling.loads_whole(self._recv_bytes().getbuffer())
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:

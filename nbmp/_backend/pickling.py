@@ -29,8 +29,9 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 import cloudpickle
 
 from .._base.exceptions import NbmpError
+from . import posix as _posix
 
-__all__ = ["PicklingError", "dumps", "loads", "dumps_reusable", "check_picklable", "probing", "note_single_use",
+__all__ = ["PicklingError", "dumps", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
            "collecting_single_use", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
 
@@ -141,9 +142,36 @@ def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
         return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL if protocol is None else protocol)
     if _pending_frameworks:
         _install_pending_frameworks()
-    with io.BytesIO() as buf:
-        Pickler(buf, protocol).dump(obj)
-        return buf.getvalue()
+    # The single-use parts go straight into the caller's collection (see collecting_single_use),
+    # or into one of our own: an unpicklable part or an interrupt means no bytes, so nobody
+    # will load them, and they are given back here.
+    outer = getattr(_state, "releases", None)
+    handed_out: List[Callable[[], None]] = [] if outer is None else outer
+    mark = len(handed_out)
+    _state.releases = handed_out
+    try:
+        with io.BytesIO() as buf:
+            Pickler(buf, protocol).dump(obj)
+            return buf.getvalue()
+    except BaseException:
+        for release in handed_out[mark:]:
+            release()
+        del handed_out[mark:]
+        raise
+    finally:
+        _state.releases = outer
+
+
+def loads_whole(data: Any) -> Any:
+    """``pickle.loads(data)`` with an interrupt of the main thread held until the load ends.
+
+    A pickle may carry shared-memory tickets, each taken when its part is loaded; an
+    interrupt in the middle would leave the rest untaken, so their segments would stay
+    until the root process exits. Loaded whole, the object is dropped if the interrupt
+    then comes, and what it holds is released with it.
+    """
+    with _posix.interrupts_deferred():
+        return pickle.loads(data)
 
 
 def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
@@ -213,6 +241,8 @@ def collecting_single_use() -> Iterator[List[Callable[[], None]]]:
         yield found
     finally:
         _state.releases = previous
+        if previous is not None:  # an enclosing block collects them too
+            previous.extend(found)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import _signal  # type: ignore[import-not-found]  # the C module under signal.py: typeshed has no stub
 import signal
 import sys
 import threading
@@ -19,7 +20,7 @@ from types import FrameType
 from typing import Any, Iterator, Optional, cast
 
 __all__ = [
-    "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "ignore_interrupts", "allow_interrupts",
+    "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
     "flush_c_stdio",
 ]
 
@@ -131,20 +132,67 @@ def interrupts_deferred() -> Iterator[None]:
     where the caller stops the run through its supervisor. Outside the main thread,
     or under a handler set from C, nothing changes.
     """
-    pending: list[Optional[FrameType]] = []
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
-        yield  # interrupts are not raised here, or the handler (set from C) could not be put back
-        return
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(frame))
-    try:
+    with _sigint_recorded() as (previous, frames):
         yield
+    if frames:
+        if callable(previous):
+            previous(signal.SIGINT, frames[0])
+        elif previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+class interrupts_held:
+    """Hold the main thread's SIGINT while the block runs, then send it again a moment later.
+
+    For cleanup that runs where an exception cannot reach the user -- a weakref
+    finalizer, where Python prints a KeyboardInterrupt and drops it -- and that must
+    not stop halfway (a mapping half-forgotten, a release never sent). The interrupt
+    is sent to the main thread again from a helper thread a few milliseconds later,
+    once the finalizer has returned, so it is raised in the user's code. A class, not
+    a generator: as few Python steps as possible run unprotected on either side.
+    """
+
+    __slots__ = ("previous", "frames")
+
+    def __enter__(self) -> None:
+        self.frames: Optional[list[Optional[FrameType]]] = None
+        # Not outside the main thread (no handler runs there), nor under a handler set from C
+        # (it could not be put back). _signal, not signal: its Python wrapper is more steps.
+        if threading.current_thread() is threading.main_thread() and _signal.getsignal(signal.SIGINT) is not None:
+            frames: list[Optional[FrameType]] = []
+            self.previous = _signal.signal(signal.SIGINT, lambda signum, frame: frames.append(frame))
+            self.frames = frames
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.frames is None:
+            return
+        if self.frames:  # the resend is started before the handler is back: it comes after we return
+            try:
+                threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,),
+                                 name="nbmp-interrupt", daemon=True).start()
+            except RuntimeError:  # the interpreter is shutting down: nobody is left to interrupt
+                pass
+        _signal.signal(signal.SIGINT, self.previous)
+
+
+def _resend_sigint(thread_id: int) -> None:
+    time.sleep(0.005)  # let the finalizer that held it return first
+    signal.pthread_kill(thread_id, signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _sigint_recorded() -> Iterator[tuple[Any, list[Optional[FrameType]]]]:
+    """Record SIGINTs instead of handling them during the block: yields the handler
+    they would have gone to and the list of their frames."""
+    frames: list[Optional[FrameType]] = []
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is None:
+        yield None, frames  # interrupts are not raised here, or the handler (set from C) could not be put back
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: frames.append(frame))
+    try:
+        yield previous, frames
     finally:
         signal.signal(signal.SIGINT, previous)
-        if pending:
-            if callable(previous):
-                previous(signal.SIGINT, pending[0])
-            elif previous == signal.SIG_DFL:
-                os.kill(os.getpid(), signal.SIGINT)
 
 
 def ignore_interrupts() -> None:

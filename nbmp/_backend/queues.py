@@ -8,8 +8,9 @@ What differs from ``multiprocessing.queues``:
 * ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib
   pickles in the feeder thread, where a failure is printed and the item lost);
   the feeder sends the bytes. As with torch's and loky's queues, the object is
-  captured as it is at ``put``. The receiving side is untouched: nbmp's pickles
-  load with plain pickle.
+  captured as it is at ``put``. ``get`` loads with plain pickle, but holds an
+  interrupt from the moment the bytes are read until the item is loaded: an item
+  carrying shared-memory tickets is then either still queued or loaded whole.
 
 Both pickle inside ``_PICKLING``, a :class:`~nbmp._forking.ForkLock`: the Queue
 feeder thread and a Pool's task-handler thread pickle in the background, and a
@@ -18,11 +19,13 @@ child forked mid-pickle would inherit cloudpickle's internal locks held.
 
 from __future__ import annotations
 
-from multiprocessing import queues
+import time
+from multiprocessing import queues, reduction
+from queue import Empty
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from .. import _forking
-from . import connection as _connection, pickling as _pickling
+from . import connection as _connection, pickling as _pickling, posix as _posix
 
 if TYPE_CHECKING:
     from multiprocessing import connection, synchronize
@@ -35,32 +38,74 @@ _PICKLING = _forking.ForkLock("queue pickling")
 class _Pickled:
     """A queued object already pickled by nbmp: the stdlib feeder sends the bytes as they are."""
 
-    __slots__ = ("data",)
+    __slots__ = ("data", "sent")
 
     def __init__(self, data: bytes) -> None:
-        self.data = data
+        self.data, self.sent = data, False
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        return _pickling.loads, (self.data,)
+        self.sent = True  # the feeder thread has it
+        return _pickling.loads_whole, (self.data,)
 
 
-class _PutByNbmp:
+class _ByNbmp:
+    """``put`` pickles with nbmp's pickler, in the caller; ``get`` reads and loads whole."""
+
+    def get(self, block: bool = True, timeout: Optional[float] = None) -> Any:
+        """Remove and return an item, as ``multiprocessing.Queue.get`` does.
+
+        Waiting can be interrupted; from the moment the item's bytes are read until it is
+        loaded an interrupt is held (see ``loads_whole``), so an interrupted ``get`` leaves
+        the item either in the queue or, loaded and dropped, releasing what it holds."""
+        if self._closed:  # type: ignore[attr-defined]  # stdlib private, as in put
+            raise ValueError(f"Queue {self!r} is closed")
+        deadline = time.monotonic() + timeout if block and timeout is not None else None
+        if not self._rlock.acquire(block, timeout):  # type: ignore[attr-defined]  # stdlib private
+            raise Empty
+        locked = True
+        try:
+            wait = None if deadline is None else deadline - time.monotonic()
+            if not (self._poll(wait) if block else self._poll()):  # type: ignore[attr-defined]  # stdlib private
+                raise Empty
+            with _posix.interrupts_deferred():
+                data = self._recv_bytes()  # type: ignore[attr-defined]  # stdlib private
+                self._sem.release()  # type: ignore[attr-defined]  # stdlib private
+                self._rlock.release()  # type: ignore[attr-defined]  # loaded outside the lock, as the stdlib does
+                locked = False
+                return reduction.ForkingPickler.loads(data)
+        finally:
+            if locked:
+                self._rlock.release()  # type: ignore[attr-defined]
+
     def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` on the queue, pickled now, by nbmp's pickler (cloudpickle): an object that
         cannot be sent raises here, in the caller (the stdlib's feeder thread would print the
         error and drop the item, and ``get()`` would wait forever)."""
         if self._closed:  # type: ignore[attr-defined]  # stdlib private: the stdlib checks it first
             raise ValueError(f"Queue {self!r} is closed")
-        with _PICKLING:  # a Pool's or an executor's background thread may put here
-            data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a Queue")
-        super().put(_Pickled(data), block, timeout)  # type: ignore[misc]  # a mixin: next in the MRO is a stdlib Queue
+        item: Optional[_Pickled] = None
+        with _pickling.collecting_single_use() as handed_out:
+            try:
+                with _PICKLING:  # a Pool's or an executor's background thread may put here
+                    data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a Queue")
+                item = _Pickled(data)
+                super().put(item, block, timeout)  # type: ignore[misc]  # a mixin: next in the MRO is a stdlib Queue
+            except BaseException:  # queue.Full, or an interrupt: if the item is not queued, nobody loads it
+                if handed_out and not self._queued(item):
+                    for release in handed_out:  # its shared-memory tickets go back
+                        release()
+                raise
+
+    def _queued(self, item: Optional[_Pickled]) -> bool:
+        buffered = list(self._buffer)  # type: ignore[attr-defined]  # stdlib private; list(): one step, under the GIL
+        return item is not None and (item.sent or any(queued is item for queued in buffered))
 
 
-class Queue(_PutByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[Any] fails at runtime before Python 3.12
+class Queue(_ByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[Any] fails at runtime before Python 3.12
     """``multiprocessing.Queue`` with cloudpickle: lambdas and cell-defined objects travel."""
 
 
-class JoinableQueue(_PutByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  # as Queue
+class JoinableQueue(_ByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  # as Queue
     """``multiprocessing.JoinableQueue`` with cloudpickle."""
 
 
@@ -78,6 +123,12 @@ class SimpleQueue(queues.SimpleQueue[Any]):
         self._writer.close()
         self._reader, self._writer = _connection.Pipe(duplex=False)
         self._poll = self._reader.poll
+
+    def get(self) -> Any:
+        """Remove and return an item (waiting for one); loaded whole, as ``Connection.recv``."""
+        with self._rlock:  # type: ignore[attr-defined]  # stdlib private, set by __init__
+            data = self._reader.recv_bytes()
+        return _pickling.loads_whole(data)
 
     def put(self, obj: Any) -> None:
         """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle)."""

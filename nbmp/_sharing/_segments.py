@@ -25,7 +25,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from .._backend import pickling as _pickling
+from .._backend import pickling as _pickling, posix as _posix
 from . import _client, _space, _strategies
 
 __all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "forget_ticket", "attach", "find", "live"]
@@ -135,12 +135,14 @@ def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None) -> 
         if opened is not None:
             opened(fd, size)
         root = _client.tree_root()
-        _client.send(root, f"new {seg} {size} {path}\n", [fd] if path == "-" else ())
+        # The janitor's count of our hold and the finalizer that gives it back: both or neither.
+        with _posix.interrupts_deferred():
+            _client.send(root, f"new {seg} {size} {path}\n", [fd] if path == "-" else ())
+            _register(Handle(root, seg, "", size, path), mm)
     except BaseException:
         _discard(fd, path)
         raise
     os.close(fd)
-    _register(Handle(root, seg, "", size, path), mm)
     return mm
 
 
@@ -209,7 +211,15 @@ def ticket_for(mapped: Mapped) -> Handle:
 
 
 def attach(handle: Handle) -> Buffer:
-    """Map the segment ``handle`` names (its ticket becomes this process's hold)."""
+    """Map the segment ``handle`` names (its ticket becomes this process's hold).
+
+    Whole or not at all: an interrupt waits for the end, since a hold taken from the
+    janitor without the finalizer that gives it back would keep the segment."""
+    with _posix.interrupts_deferred():
+        return _attach(handle)
+
+
+def _attach(handle: Handle) -> Buffer:
     known = _by_seg.get(handle.seg)
     mm = known.mm() if known is not None else None
     if mm is not None:  # already mapped here: the ticket's reference is not needed
@@ -262,6 +272,13 @@ def _register(handle: Handle, buf: Buffer) -> None:
 
 
 def _unregister(mapped: Mapped, holder: int) -> None:
+    # A finalizer: an interrupt raised in here would be printed and dropped, and would leave
+    # the segment mapped or held. It is held, and sent again once the cleanup is done.
+    with _posix.interrupts_held():
+        _forget(mapped, holder)
+
+
+def _forget(mapped: Mapped, holder: int) -> None:
     with _lock:
         if _at_start.get(mapped.start) is mapped:
             del _at_start[mapped.start]
