@@ -169,3 +169,20 @@ def test_an_interrupt_in_an_arrays_finalizer_is_raised_after_it(python_sigint):
         done.append("raised later")
         time.sleep(5)
     assert done == ["cleanup finished", "raised later"]
+
+
+@pytest.mark.timeout(120)
+def test_a_spawned_worker_whose_starter_died_while_it_started_exits_quietly():
+    # Found by the kill trials (spawn, forkserver): a worker still loading its arguments when its
+    # parent was killed printed a RuntimeError (their segments already freed) nobody could read.
+    import subprocess
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    load = "from nbmp._backend.process import _rebuild_process; _rebuild_process(None, b'not a pickle', None, {})"
+    orphan = subprocess.run([sys.executable, "-c", load.format(dead.pid)], capture_output=True, text=True,
+                            timeout=60, cwd=ROOT_DIR)
+    assert (orphan.returncode, orphan.stderr) == (1, "")
+    # With its starter alive, the same failure is an error the starter's user sees.
+    child = subprocess.run([sys.executable, "-c", load.format("__import__('os').getppid()")], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT_DIR)
+    assert child.returncode == 1 and "UnpicklingError" in child.stderr, child.stderr

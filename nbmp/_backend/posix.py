@@ -20,7 +20,7 @@ from types import FrameType
 from typing import Any, Iterator, Optional, cast
 
 __all__ = [
-    "prepare", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
+    "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
     "flush_c_stdio",
 ]
 
@@ -90,6 +90,18 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
         while _exists(pid):
             time.sleep(1.0)
     os.kill(os.getpid(), cast(int, DEATH_SIGNAL))  # not None: die_with_parent checked it
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and, where /proc tells, is not a zombie
+    (dead, waiting to be reaped)."""
+    if not _exists(pid):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _exists(pid: int) -> bool:

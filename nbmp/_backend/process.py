@@ -38,11 +38,19 @@ class _StartMethods(Protocol):
 default_context: Optional[_StartMethods] = None
 
 
-def _rebuild_process(cells: Any, data: bytes, method: Optional[str] = None) -> process.BaseProcess:
+def _rebuild_process(cells: Any, data: bytes, method: Optional[str] = None,
+                     starter: Optional[int] = None) -> process.BaseProcess:
     _cells.install_cell_sources(cells)
     if method is not None and default_context is not None:  # the child inherits its start method, as in the stdlib
         default_context.set_start_method(method, force=True)
-    cls, state = _pickling.loads(data)
+    try:
+        cls, state = _pickling.loads(data)
+    except Exception:
+        if starter is not None and not _posix.alive(starter):
+            # The process that started this one died while it started (its arrays' segments
+            # went with it): nobody is left to read an error, so none is printed.
+            os._exit(1)
+        raise
     obj: process.BaseProcess = cls.__new__(cls)
     obj.__dict__.update(state)
     return obj
@@ -90,13 +98,13 @@ class _NbmpProcess(process.BaseProcess):
         _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
-    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str]]:
+    def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str, int]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private
                  f"the {type(self).__qualname__} object": self}
         method = self._start_method or _default_method()
         action = f"start a process with the {method!r} start method"
         return _rebuild_process, (_cells.cell_sources(),
-                                  _pickling.dumps_explained((type(self), vars(self)), roots, action), method)
+                                  _pickling.dumps_explained((type(self), vars(self)), roots, action), method, os.getpid())
 
 
 def _default_method() -> str:
