@@ -97,7 +97,7 @@ browser-test: venv
 bench: venv
 	$(PIP) install -e '.[bench]'
 	mkdir -p build/bench
-	for b in spawn pool sharing dashboard cluster; do \
+	for b in spawn scaling pool sharing dashboard cluster; do \
 		PYTHONPATH=. $(PY) benchmarks/bench_$$b.py --plot docs/img/bench_$$b.png > build/bench/$$b.md || exit 1; \
 		cat build/bench/$$b.md; \
 	done

@@ -1,0 +1,123 @@
+"""How spawn's start cost grows: with the number of workers and with the parent's size.
+
+For each parent resident size (0.1, 1 and 4 GiB of touched numpy memory, numpy and torch
+imported: a notebook kernel holding data) a fresh interpreter times, for 2/4/8/16/32
+trivial workers, from the call to all results:
+
+* the raw floor: N x ``os.fork`` + ``waitpid`` (each fork copies the parent's page tables);
+* ``nbmp.spawn`` (fork, output relayed, results returned, fork-safety resets on);
+* torch's ``start_processes(start_method="fork")`` when torch is installed.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_scaling.py [--repeat N] [--sizes 0.1 1 4] [--plot PNG]``;
+prints a Markdown table of medians (rows take turns, run after run) and ratios to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Tuple
+
+COUNTS = (2, 4, 8, 16, 32)
+
+
+def trivial(i: int) -> int:
+    return i
+
+
+def _child(gib: float, repeat: int) -> None:
+    """In a fresh interpreter: hold ``gib`` GiB, then time every row for every count."""
+    import numpy as np
+    import nbmp
+    try:
+        import torch.multiprocessing as torch_mp
+    except ImportError:
+        torch_mp = None
+    ballast = np.ones(int(gib * (1 << 30)) // 8)  # touched: resident, as a kernel's data is
+    rss = _rss()
+
+    def floor(n: int) -> None:
+        pids = []
+        for _ in range(n):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            pids.append(pid)
+        for pid in pids:
+            os.waitpid(pid, 0)
+
+    def spawn(n: int) -> None:
+        assert nbmp.spawn(trivial, nprocs=n) == list(range(n))
+
+    def torch_fork(n: int) -> None:
+        torch_mp.start_processes(trivial, nprocs=n, start_method="fork")
+
+    rows: List[Tuple[str, Callable[[int], None]]] = [("floor", floor), ("nbmp", spawn)]
+    if torch_mp is not None:
+        rows.append(("torch", torch_fork))
+    for n in COUNTS:
+        for _, fn in rows:
+            fn(n)  # warm-up
+        times: Dict[str, List[float]] = {name: [] for name, _ in rows}
+        for _ in range(repeat):
+            for name, fn in rows:
+                start = time.perf_counter()
+                fn(n)
+                times[name].append(time.perf_counter() - start)
+        print(json.dumps({"gib": gib, "rss": rss, "n": n, **{k: statistics.median(v) for k, v in times.items()}}),
+              flush=True)
+    del ballast
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1.0, 4.0], help="parent sizes, GiB")
+    parser.add_argument("--plot", default=None, help="save a chart here (matplotlib)")
+    parser.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.child is not None:
+        _child(opts.child, opts.repeat)
+        return
+    results = []
+    for gib in opts.sizes:
+        out = subprocess.run([sys.executable, __file__, "--child", str(gib), "--repeat", str(opts.repeat)],
+                             stdout=subprocess.PIPE, check=True, text=True).stdout
+        results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    has_torch = any("torch" in r for r in results)
+    print(f"Trivial workers, from the call to all results; parent with numpy (and torch) imported and the "
+          f"given resident size; medians of {opts.repeat}; Python {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs, {platform.system()}\n")
+    print("| parent RSS | workers | raw fork floor (ms) | nbmp.spawn (ms) | × floor |"
+          + (" torch start_processes fork (ms) | × floor | nbmp × torch |" if has_torch else ""))
+    print("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if has_torch else ""))
+    for r in results:
+        line = (f"| {r['rss'] / (1 << 30):.2f} GiB | {r['n']} | {r['floor'] * 1e3:.1f} | {r['nbmp'] * 1e3:.1f} "
+                f"| {r['nbmp'] / r['floor']:.2f} |")
+        if has_torch:
+            line += f" {r['torch'] * 1e3:.1f} | {r['torch'] / r['floor']:.2f} | {r['nbmp'] / r['torch']:.2f} |"
+        print(line)
+    if opts.plot:
+        import _plot
+        labels = [f"{r['gib']:g} GiB parent, {r['n']} workers" for r in results]
+        series = {"raw fork floor": [r["floor"] * 1e3 for r in results],
+                  "nbmp.spawn": [r["nbmp"] * 1e3 for r in results]}
+        if has_torch:
+            series["torch start_processes (fork)"] = [r.get("torch", 0) * 1e3 for r in results]
+        _plot.bars(opts.plot, labels, series, title="spawn start: workers and parent size",
+                   xlabel="milliseconds (log scale)", log=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
