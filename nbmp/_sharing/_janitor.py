@@ -13,17 +13,19 @@ one finds the name taken and exits), detaches, and then serves line messages:
     drop T               T's reference is dropped (the receiver already maps S)
     forget T             T's message was dropped unread: its reference goes if nobody took it yet
     rel S                the sender lets go of one hold of S
+    board                the sender's board (fd attached): tickets it pocketed, dropped when it goes
     stat                 reply "SEGMENTS BYTES TICKETS"
     list                 reply "S:SIZE S:SIZE ..." (every live segment; empty line if none)
 
 A segment is freed (its fd closed, its file unlinked) when its last reference
 goes. A connection that closes -- its process exited or was killed -- lets go of
-all its holds; tickets survive it, since the message carrying them may still be
-read. When the root process dies, every segment is freed and the janitor exits.
+all its holds and of the tickets pocketed on its board (see ``_pocket.py``); other
+tickets survive it, since the message carrying them may still be read. When the root process dies, every segment is freed and the janitor exits.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import resource
 import selectors
@@ -33,6 +35,7 @@ import sys
 from typing import Dict, List, Optional, Tuple
 
 MAX_FDS_PER_RECV = 64
+SLOT = 40  # a board's slot: 1 byte "in use", then a ticket's name (as in _pocket.py)
 
 
 def address(root: int) -> str:
@@ -60,9 +63,10 @@ class Janitor:
         self.segments: Dict[str, Segment] = {}
         self.tickets: Dict[str, Optional[str]] = {}  # ticket -> segment (None: its segment was gone)
         self.holds: Dict[socket.socket, Dict[str, int]] = {}
-        self.parked: Dict[str, List[Tuple[socket.socket, str]]] = {}
+        self.parked: Dict[str, List[Tuple[Optional[socket.socket], str]]] = {}
         self.buffers: Dict[socket.socket, bytes] = {}
         self.fds: Dict[socket.socket, List[int]] = {}
+        self.boards: Dict[socket.socket, mmap.mmap] = {}
 
     # -- references -------------------------------------------------------
     def unref(self, seg: str, n: int = 1) -> None:
@@ -76,7 +80,9 @@ class Janitor:
     def add_ticket(self, ticket: str, seg: Optional[str]) -> None:
         self.tickets[ticket] = seg
         for conn, verb in self.parked.pop(ticket, []):
-            if conn in self.holds:
+            if conn is None:  # a drop from a board whose process is gone
+                self.drop_pocketed(ticket)
+            elif conn in self.holds:
                 try:
                     self.resolve(conn, verb, ticket)
                 except OSError:
@@ -100,6 +106,18 @@ class Janitor:
         if verb == "take":
             fds = [s.fd] if s.fd is not None else []
             socket.send_fds(conn, [f"ok {seg}\n".encode()], fds)
+
+    def drop_pocketed(self, ticket: str) -> None:
+        if ticket not in self.tickets:  # its "tkt" is not read yet: drop it when it is
+            self.parked.setdefault(ticket, []).append((None, "drop"))
+            return
+        seg = self.tickets.pop(ticket)
+        if seg is not None:
+            self.unref(seg)
+
+    def pocketed(self, board: mmap.mmap) -> List[str]:
+        return [board[at + 1:at + SLOT].rstrip(b"\0").decode() for at in range(0, len(board), SLOT)
+                if board[at] == 1]
 
     # -- messages ---------------------------------------------------------
     def handle(self, conn: socket.socket, line: str) -> None:
@@ -131,9 +149,16 @@ class Janitor:
             if held.get(args[0], 0) > 0:
                 held[args[0]] -= 1
                 self.unref(args[0])
+        elif verb == "board":
+            fd = self.fds[conn].pop(0)
+            try:
+                self.boards[conn] = mmap.mmap(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
         elif verb == "stat":
             total = sum(s.size for s in self.segments.values())
-            conn.sendall(f"{len(self.segments)} {total} {len(self.tickets)}\n".encode())
+            pocketed = sum(len(self.pocketed(b)) for b in self.boards.values())
+            conn.sendall(f"{len(self.segments)} {total} {max(len(self.tickets) - pocketed, 0)}\n".encode())
         elif verb == "list":
             conn.sendall((" ".join(f"{seg}:{s.size}" for seg, s in self.segments.items()) + "\n").encode())
 
@@ -157,6 +182,11 @@ class Janitor:
         return True
 
     def close(self, conn: socket.socket) -> None:
+        board = self.boards.pop(conn, None)
+        if board is not None:
+            for ticket in self.pocketed(board):
+                self.drop_pocketed(ticket)
+            board.close()
         for seg, n in self.holds.pop(conn).items():
             self.unref(seg, n)
         for fd in self.fds.pop(conn):

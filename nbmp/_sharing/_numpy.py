@@ -106,23 +106,28 @@ def _rebuildable(cls: type) -> bool:
 
 
 def _reduce_ndarray(arr: "np.ndarray") -> Any:
+    import numpy as np
     cls = type(arr)
     if arr.dtype.hasobject or not _rebuildable(cls):
         return NotImplemented
+    # Only plain tuples, numbers and strings besides the function: each other object (a
+    # NamedTuple, a dtype, a class) costs the pickler a lookup of its own on the hot path.
     state = getattr(arr, "__dict__", None) or None
+    kind = None if cls is np.ndarray else cls
+    dtype = arr.dtype.str if arr.dtype.isbuiltin == 1 else arr.dtype
     address = data_address(arr)
     mapped = _segments.find(address)
     if mapped is not None:
         offset = address - mapped.start
-        low, high = span(arr.shape, arr.strides, arr.itemsize)
+        low, high = (0, arr.nbytes) if arr.flags.c_contiguous else span(arr.shape, arr.strides, arr.itemsize)
         if offset + low >= 0 and offset + high <= mapped.size:
-            handle = _segments.ticket_for(mapped)
-            return _rebuild_ndarray, (handle, arr.dtype, arr.shape, arr.strides, offset, cls, state)
+            handle = tuple(_segments.ticket_for(mapped))
+            return _rebuild_ndarray, (handle, dtype, arr.shape, arr.strides, offset, kind, state)
     if arr.nbytes < _strategies.get_sharing_threshold():
         return NotImplemented
     strides = arr.strides if (arr.flags.c_contiguous or arr.flags.f_contiguous) else None
-    handle = _segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr))
-    return _rebuild_ndarray, (handle, arr.dtype, arr.shape, strides, 0, cls, state)
+    handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr)))
+    return _rebuild_ndarray, (handle, dtype, arr.shape, strides, 0, kind, state)
 
 
 def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
@@ -138,12 +143,13 @@ def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
         del dst
 
 
-def _rebuild_ndarray(handle: _segments.Handle, dtype: "np.dtype", shape: Tuple[int, ...],
-                     strides: Optional[Tuple[int, ...]], offset: int, cls: type,
+def _rebuild_ndarray(handle: Tuple[Any, ...], dtype: Any, shape: Tuple[int, ...],
+                     strides: Optional[Tuple[int, ...]], offset: int, cls: Optional[type],
                      state: Optional[Dict[str, Any]]) -> "np.ndarray":
     import numpy as np
-    arr: np.ndarray = np.ndarray(shape, dtype, buffer=_segments.attach(handle), offset=offset, strides=strides)  # type: ignore[arg-type, unused-ignore]  # numpy < 2.5 stubs reject a ctypes array as buffer=
-    if cls is not np.ndarray:
+    buf = _segments.attach(_segments.Handle._make(handle))
+    arr: np.ndarray = np.ndarray(shape, dtype, buffer=buf, offset=offset, strides=strides)  # type: ignore[arg-type, unused-ignore]  # numpy < 2.5 stubs reject a ctypes array as buffer=
+    if cls is not None:
         arr = arr.view(cls)
         if state:
             arr.__dict__.update(state)

@@ -26,7 +26,7 @@ import weakref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .._backend import pickling as _pickling
-from . import _client, _space, _strategies
+from . import _client, _pocket, _space, _strategies
 
 __all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "forget_ticket", "attach", "find", "live"]
 
@@ -200,11 +200,16 @@ def forget_ticket(root: int, ticket: str) -> None:
 
 
 def ticket_for(mapped: Mapped) -> Handle:
-    """A handle for a segment this process maps: one more reference, carried by a ticket."""
+    """A handle for a segment this process maps: one more reference, carried by a ticket
+    (one this process pocketed when it received the segment, if it has one: no message)."""
     if _pickling.probing():  # a check's pickle, never loaded: no reference
         return Handle(mapped.root, mapped.seg, "", mapped.size, mapped.path)
-    ticket = _new_ticket(mapped.root)
-    _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
+    ticket = _pocket.reuse(mapped.root, mapped.seg)
+    if ticket is None:
+        ticket = _new_name()
+        _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
+    # One reference: the pickle carrying it is loaded once, or given back if it never is.
+    _pickling.note_single_use(functools.partial(forget_ticket, mapped.root, ticket))
     return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
 
 
@@ -212,8 +217,9 @@ def attach(handle: Handle) -> Buffer:
     """Map the segment ``handle`` names (its ticket becomes this process's hold)."""
     known = _by_seg.get(handle.seg)
     mm = known.mm() if known is not None else None
-    if mm is not None:  # already mapped here: the ticket's reference is not needed
-        _client.send(handle.root, f"drop {handle.ticket}\n")
+    if mm is not None:  # already mapped here: the ticket is kept for this process's next send
+        if handle.ticket:
+            _pocket.keep(handle.root, handle.seg, handle.ticket)
         return mm
     fd = _open_received(handle)
     try:
@@ -271,9 +277,11 @@ def _unregister(mapped: Mapped, holder: int) -> None:
     # Unmapped only once out of the registry, so a new mapping at the same address is not
     # mistaken for this one; the buffer is dead, so nothing can reach the memory any more.
     _libc.munmap(mapped.start, mapped.size)
-    if holder == os.getpid():  # a forked child inherits the mapping, not the hold
+    # A forked child inherits the mapping, not the hold; tickets it pocketed are its own.
+    message = (f"rel {mapped.seg}\n" if holder == os.getpid() else "") + _pocket.give_back(mapped.root, mapped.seg)
+    if message:
         try:
-            _client.send(mapped.root, f"rel {mapped.seg}\n")
+            _client.send(mapped.root, message)
         except OSError:
             pass  # the janitor is gone (root exited): nothing left to release
 
