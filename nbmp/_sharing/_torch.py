@@ -172,7 +172,8 @@ def _finish(t: "torch.Tensor", cls: type, requires_grad: bool) -> "torch.Tensor"
 
 def _reduce_moved(t: "torch.Tensor", cls: type) -> Any:
     flat = _contiguous_bytes(t)
-    handle = tuple(_segments.create_moved(flat.nbytes, lambda fd, size: _segments.write_all(fd, size, flat)))
+    handle = tuple(_segments.create_moved(flat.nbytes, lambda fd, size: _segments.write_all(fd, size, flat),
+                                          lambda buf: _segments.copy_into(buf, flat)))
     size = tuple(t.size())
     layout = (0, flat.nbytes, 0, size, _contiguous_strides(size))
     return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
