@@ -6,8 +6,10 @@ a named tmpfs file under the file_system strategy), and nbmp's pickler sends any
 array or tensor whose data lies in a segment as a small handle. Segments' lives
 are kept by a tiny per-tree janitor process (``_janitor.py``), so nothing is left
 behind when processes die. Modules: ``_strategies`` (settings), ``_space`` (room
-checks), ``_client``/``_janitor`` (lifetime), ``_segments`` (make, map, find),
-``_numpy``/``_torch`` (reducers), ``_ledger`` (accounting).
+checks), ``_client``/``_janitor`` (lifetime), ``_registry`` (what this process
+maps), ``_segments`` (make, send, receive), ``_pocket`` (tickets kept for the
+next send), ``_pool`` (freed segments reused), ``_numpy``/``_torch`` (reducers),
+``_ledger`` (accounting).
 """
 
 from __future__ import annotations

@@ -146,8 +146,8 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
     try:
         fill(fd, size)
         ticket = _new_ticket(root)
-        if path == "-" and _pool.poolable(size):  # kept mapped here, to be reused once freed
-            entry = _pool.Entry(root, seg, size, ctypes.addressof(map_fd(fd, size)), False)
+        if path == "-" and _pool.poolable(size):  # kept mapped here (faulted in), to be reused once freed
+            entry = _pool.Entry(root, seg, size, ctypes.addressof(map_fd(fd, size, populate=True)), True)
         verb = f"ntp {seg} {ticket} {size} {path} {_idle()}" if entry is not None else f"nt {seg} {ticket} {size} {path}"
         _client.send(root, verb + "\n", [fd] if path == "-" else ())
     except BaseException:
