@@ -236,7 +236,10 @@ class Janitor:
 
     def receive(self, conn: socket.socket) -> bool:
         try:
-            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS_PER_RECV)
+            # Never blocks: a claim's drain may have read what select() reported ready.
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS_PER_RECV, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
         except OSError:
             data, fds = b"", []
         if not data:
@@ -308,7 +311,11 @@ def serve(listener: socket.socket, root: int) -> None:
             return False
         for key, _ in events:
             if key.data == "listen":
-                conn, _ = listener.accept()
+                try:
+                    conn, _ = listener.accept()  # non-blocking: a claim's drain may have accepted it
+                except BlockingIOError:
+                    continue
+                conn.setblocking(True)
                 janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
                 sel.register(conn, selectors.EVENT_READ, "conn")
             elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):
@@ -333,6 +340,7 @@ def main(root: int) -> int:
     except OSError:
         return 0  # another janitor already serves this root
     listener.listen(512)
+    listener.setblocking(False)
     if os.fork():
         os._exit(0)  # detach: the starter waits for this intermediate process only
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
