@@ -1,8 +1,17 @@
 """Round trips of big float32 arrays parent -> worker -> parent, nbmp side by side with its peers,
-and the memory (summed PSS) of 4 workers reading one 1 GiB array.
+and the memory (summed PSS) of 4 workers reading one 1 GiB array; first, nbmp against its floors.
 
-Run: PYTHONPATH=. python benchmarks/bench_sharing.py [--plot docs/img/sharing.png]
-Prints a Markdown table (medians; fewer repetitions for the slow peers).
+The floors (issue 19), measured interleaved in one run, medians of --repeats (default 7):
+
+* a shared array's round trip (it already lives in nbmp shared memory; sent through an nbmp
+  Queue to a worker and back) against a hand-placed ``multiprocessing.shared_memory`` handle
+  (name, shape, dtype through a stdlib Queue; the worker attaches, views, sends the handle back)
+  and, when torch imports, a tensor shared with ``share_memory_()`` through torch's Queue;
+* a fresh (ordinary, unshared) 1 GiB array through a Queue (put, the worker reads one element
+  and answers) against a ``memcpy`` of it into prefaulted pages, and torch's fresh tensor.
+
+Run: PYTHONPATH=. python benchmarks/bench_sharing.py [--plot docs/img/sharing.png] [--floors-only]
+Prints Markdown tables (medians; fewer repetitions for the slow peers).
 """
 
 from __future__ import annotations
@@ -10,6 +19,7 @@ from __future__ import annotations
 import argparse
 import gc
 import multiprocessing as mp
+import os
 import statistics
 import sys
 import time
@@ -191,6 +201,120 @@ CONTESTANTS: Dict[str, Callable[[int], Optional[float]]] = {
 
 
 # --------------------------------------------------------------------------
+# The floors: nbmp and the floor measured turn about, in one run
+# --------------------------------------------------------------------------
+
+
+def answer_first(q_in: Any, q_out: Any) -> None:
+    for item in items(q_in):
+        q_out.put(float(item[0]))
+        del item  # let go before waiting for the next one
+
+
+class SelfTimed:
+    """A contestant that times itself (to leave its preparation out): calling it returns seconds."""
+
+    def __init__(self, run: Callable[[], float]) -> None:
+        self.run = run
+
+
+def interleaved(contestants: Dict[str, Any], reps: int) -> Dict[str, float]:
+    """Median seconds of each callable (or :class:`SelfTimed`), run in turn ``reps`` times, so
+    that the machine's load hits them alike."""
+    times: Dict[str, List[float]] = {name: [] for name in contestants}
+    for _ in range(reps):
+        for name, one in contestants.items():
+            if isinstance(one, SelfTimed):
+                times[name].append(one.run())
+                continue
+            t0 = time.perf_counter()
+            one()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def torch_or_none() -> Any:
+    try:
+        import torch
+        import torch.multiprocessing
+    except ImportError:
+        return None
+    return torch
+
+
+def shared_round_trips(nbytes: int, reps: int) -> Dict[str, float]:
+    torch = torch_or_none()
+    a = nbmp.zeros(nbytes // 4, dtype="float32")
+    shm = shared_memory.SharedMemory(create=True, size=nbytes)
+    handle = (shm.name, (nbytes // 4,), "<f4")
+    echoes = {"nbmp": (Echo(nbmp.get_context("fork")), a),
+              "handle": (Echo(mp.get_context("fork"), echo_shm), handle)}
+    if torch is not None:
+        torch.multiprocessing.set_sharing_strategy("file_descriptor")
+        echoes["torch"] = (Echo(torch.multiprocessing.get_context("fork")),
+                           torch.zeros(nbytes // 4, dtype=torch.float32).share_memory_())
+    try:
+        for e, item in echoes.values():
+            e.round_trip(item)  # warm: connections, the janitor, torch's fd server
+        # 50 round trips per sample: single ones are tens of microseconds, below the noise
+        return {name: t / 50 for name, t in interleaved(
+            {name: (lambda e=e, item=item: [e.round_trip(item) for _ in range(50)])
+             for name, (e, item) in echoes.items()}, reps).items()}
+    finally:
+        for e, _ in echoes.values():
+            e.close()
+        shm.close()
+        shm.unlink()
+
+
+def fresh_moves(nbytes: int, reps: int) -> Dict[str, float]:
+    torch = torch_or_none()
+    x = np.ones(nbytes // 4, dtype="float32")
+    dst = np.empty_like(x)
+    dst[:] = 0  # prefaulted
+    e = Echo(nbmp.get_context("fork"), answer_first)
+    contestants: Dict[str, Any] = {"nbmp": lambda: e.round_trip(x), "memcpy": lambda: np.copyto(dst, x)}
+    if torch is not None:
+        te = Echo(torch.multiprocessing.get_context("fork"), answer_first)
+
+        def torch_fresh() -> float:
+            t = torch.ones(nbytes // 4, dtype=torch.float32)  # fresh each time, made before the clock starts
+            t0 = time.perf_counter()
+            te.round_trip(t)  # torch moves it into new shared memory, in place
+            return time.perf_counter() - t0
+        contestants["torch"] = SelfTimed(torch_fresh)
+    try:
+        e.round_trip(x)  # warm: the worker, the janitor
+        results = interleaved(contestants, reps)
+    finally:
+        e.close()
+        if torch is not None:
+            te.close()
+    return results
+
+
+def floors(reps: int) -> None:
+    print(f"nbmp against its floors, measured in turn in one run; median of {reps}; "
+          f"{os.cpu_count()} cores; load average {os.getloadavg()[0]:.1f} at the start")
+    print()
+    print("| measure | floor | nbmp | nbmp / floor | torch | torch / floor |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, nbytes in (("256 MiB", 256 * MiB), ("1 GiB", 1024 * MiB)):
+        r = shared_round_trips(nbytes, reps)
+        print(row(f"round trip of a shared array, {label} (floor: a hand-placed shared_memory handle)",
+                  r["handle"], r["nbmp"], r.get("torch")), flush=True)
+    r = fresh_moves(1024 * MiB, reps)
+    print(row("a fresh 1 GiB array through a Queue (floor: memcpy into prefaulted pages)",
+              r["memcpy"], r["nbmp"], r.get("torch")), flush=True)
+    print()
+
+
+def row(label: str, floor: float, ours: float, torch: Optional[float]) -> str:
+    peer = f"{fmt(torch)} | {torch / floor:.2f}×" if torch is not None else "n/a | n/a"
+    return f"| {label} | {fmt(floor)} | {fmt(ours)} | {ours / floor:.2f}× | {peer} |"
+
+
+# --------------------------------------------------------------------------
 # Memory: 4 workers reading one array
 # --------------------------------------------------------------------------
 
@@ -224,13 +348,20 @@ def summed_pss(ctx: Any, arr: Any) -> int:
 def fmt(t: Optional[float]) -> str:
     if t is None:
         return "n/a"
+    if t < 1e-3:
+        return f"{t * 1e6:.0f} µs"
     return f"{t * 1e3:.2f} ms" if t < 1 else f"{t:.2f} s"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--plot", default=None, help="save a bar chart here (matplotlib)")
+    parser.add_argument("--repeats", type=int, default=7, help="samples per median for the floors")
+    parser.add_argument("--floors-only", action="store_true", help="only nbmp against its floors")
     args = parser.parse_args()
+    floors(args.repeats)
+    if args.floors_only:
+        return
     results: Dict[str, List[Optional[float]]] = {}
     for name, run in CONTESTANTS.items():
         results[name] = [run(n) for n in SIZES.values()]

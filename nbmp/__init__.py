@@ -28,9 +28,9 @@ from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
 from ._pool import ForkShared, ProcessPoolExecutor, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
 from ._cluster import get_cluster, install as _install_cluster, set_cluster
-from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_strategy,
-                       get_sharing_threshold, is_shared, set_sharing_strategy, set_sharing_threshold, share,
-                       shm_usage, zeros)
+from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_pool,
+                       get_sharing_strategy, get_sharing_threshold, is_shared, set_sharing_pool, set_sharing_strategy,
+                       set_sharing_threshold, share, shm_usage, zeros)
 
 if _TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell as _InteractiveShell
@@ -53,7 +53,7 @@ __all__ = [
     "get_max_workers", "set_max_workers",
     "zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
     "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
-    "get_sharing_threshold", "set_sharing_threshold",
+    "get_sharing_threshold", "set_sharing_threshold", "get_sharing_pool", "set_sharing_pool",
     "set_cluster", "get_cluster",
 ]
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 import textwrap
+import time
+from typing import Callable
 
 TIMEOUT = 60
 
@@ -27,3 +30,12 @@ def run_main(source: str, timeout: float = TIMEOUT) -> str:
 
 def _text(output: "str | bytes | None") -> str:
     return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def wait_until(condition: Callable[[], object], what: str, timeout: float = 30) -> None:
+    """Wait (collecting garbage) until ``condition()`` is true; fail naming ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        gc.collect()
+        time.sleep(0.02)

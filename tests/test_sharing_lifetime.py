@@ -3,30 +3,19 @@ strategies; no leak warnings; thousands of arrays in flight without running out 
 
 from __future__ import annotations
 
-import gc
 import os
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from helpers import run_main
-
-
-
-def wait_until(condition, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        gc.collect()
-        time.sleep(0.05)
+from helpers import run_main, wait_until
 
 
 def nbmp_names(pid: int) -> list:

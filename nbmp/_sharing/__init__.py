@@ -6,8 +6,10 @@ a named tmpfs file under the file_system strategy), and nbmp's pickler sends any
 array or tensor whose data lies in a segment as a small handle. Segments' lives
 are kept by a tiny per-tree janitor process (``_janitor.py``), so nothing is left
 behind when processes die. Modules: ``_strategies`` (settings), ``_space`` (room
-checks), ``_client``/``_janitor`` (lifetime), ``_segments`` (make, map, find),
-``_numpy``/``_torch`` (reducers), ``_ledger`` (accounting).
+checks), ``_client``/``_janitor`` (lifetime), ``_registry`` (what this process
+maps), ``_segments`` (make, send, receive), ``_pocket`` (tickets kept for the
+next send), ``_pool`` (freed segments reused), ``_numpy``/``_torch`` (reducers),
+``_ledger`` (accounting).
 """
 
 from __future__ import annotations
@@ -17,18 +19,26 @@ from typing import Any
 
 from .._backend import pickling as _pickling
 from .._base import checks as _checks
-from . import _numpy, _torch
+from . import _numpy, _pool, _strategies, _torch
 from ._ledger import ShmUsage, shm_usage
 from ._space import SharedMemoryFullError
-from ._strategies import (get_all_sharing_strategies, get_sharing_strategy, get_sharing_threshold,
+from ._strategies import (get_all_sharing_strategies, get_sharing_pool, get_sharing_strategy, get_sharing_threshold,
                           set_sharing_strategy, set_sharing_threshold)
 
 __all__ = ["zeros", "empty", "share", "is_shared", "shm_usage", "ShmUsage", "SharedMemoryFullError",
            "get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
-           "get_sharing_threshold", "set_sharing_threshold"]
+           "get_sharing_threshold", "set_sharing_threshold", "get_sharing_pool", "set_sharing_pool"]
 
 _pickling.register_framework_reducers("numpy", _numpy.install)
 _pickling.register_framework_reducers("torch", _torch.install)
+
+
+def set_sharing_pool(max_bytes: Any = None, idle: Any = None) -> None:
+    _strategies.set_sharing_pool(max_bytes, idle)
+    _pool.trim()  # a smaller pool gives back its oldest segments now
+
+
+set_sharing_pool.__doc__ = _strategies.set_sharing_pool.__doc__
 
 
 def zeros(shape: Any, dtype: Any = float) -> Any:
@@ -79,7 +89,7 @@ def share(x: Any) -> Any:
     _numpy.check_shareable(x)
     if is_shared(x):
         return x
-    copy = _numpy.zeros(x.shape, x.dtype)
+    copy = _numpy.zeros(x.shape, x.dtype, zero=False)
     np.copyto(copy, x)
     return _numpy.same_kind(copy, x)
 

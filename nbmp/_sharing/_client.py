@@ -65,6 +65,14 @@ if hasattr(os, "register_at_fork"):
 # and so sends tickets, while the interpreter exits; the process's end closes them.
 
 
+class _Connection(socket.socket):
+    """A connection to a janitor. It lives as long as its process, so the interpreter's
+    teardown finding it open is no leak: no ResourceWarning then (under ``-W always``)."""
+
+    def __del__(self) -> None:
+        pass
+
+
 def _connection(root: int) -> socket.socket:
     if _conns_pid != os.getpid():
         _forget_connections()
@@ -77,7 +85,7 @@ def _connection(root: int) -> socket.socket:
 def _connect(root: int) -> socket.socket:
     started = False
     for attempt in range(200):
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(_janitor.address(root))
             return conn
@@ -144,7 +152,7 @@ def running(root: int) -> bool:
             return True
         if _conns_pid != os.getpid():
             _forget_connections()
-        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.connect(_janitor.address(root))
         except OSError:

@@ -13,40 +13,68 @@ one finds the name taken and exits), detaches, and then serves line messages:
     drop T               T's reference is dropped (the receiver already maps S)
     forget T             T's message was dropped unread: its reference goes if nobody took it yet
     rel S                the sender lets go of one hold of S
+    board                the sender's board (fd attached): tickets it pocketed, dropped when it goes
+    ntp S T SIZE - IDLE  as nt, and S returns to the sender's pool when its last reference goes
+    newp S SIZE - IDLE   as new, likewise
+    claim T|- S1 S2 ...  the first free pooled S of the sender's, now held by ticket T (- : by the
+                         sender); reply "S gone..." or "- gone..." (gone: pooled ones freed since)
+    unpool S             S is freed, not pooled, when its last reference goes (now if it is free)
+    taint S              likewise: a process forked while it mapped S, so a child may still use it
+    pooled               reply "S:SIZE ..." (the free segments kept in pools)
     stat                 reply "SEGMENTS BYTES TICKETS"
     list                 reply "S:SIZE S:SIZE ..." (every live segment; empty line if none)
 
 A segment is freed (its fd closed, its file unlinked) when its last reference
-goes. A connection that closes -- its process exited or was killed -- lets go of
-all its holds; tickets survive it, since the message carrying them may still be
-read. When the root process dies, every segment is freed and the janitor exits.
+goes -- or, if its maker pools it (``_pool.py``), kept free for that process to
+claim, until it has been unused IDLE seconds (then freed, its pages punched out,
+since the maker still maps it) or its maker goes. A connection that closes -- its process exited or was killed -- lets go of
+all its holds and of the tickets pocketed on its board (see ``_pocket.py``); other
+tickets survive it, since the message carrying them may still be read. When the root process dies, every segment is freed and the janitor exits.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
 import os
 import resource
 import selectors
 import signal
 import socket
 import sys
-from typing import Dict, List, Optional, Tuple
+import time
+from typing import Callable, Dict, List, Optional, Tuple
 
 MAX_FDS_PER_RECV = 64
+SLOT = 40  # a board's slot: 1 byte "in use", then a ticket's name (as in _pocket.py)
 
 
 def address(root: int) -> str:
     return f"\0nbmp-janitor-{root}" if sys.platform.startswith("linux") else f"/tmp/nbmp-janitor-{root}.sock"
 
 
+_PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+def _punch(fd: int, size: int) -> None:
+    """Free a memory file's pages although its maker still maps it (its pool's mapping)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+    libc.fallocate(fd, _PUNCH_HOLE, 0, size)
+
+
 class Segment:
-    __slots__ = ("refs", "size", "fd", "path")
+    __slots__ = ("refs", "size", "fd", "path", "owner", "idle", "since")
 
     def __init__(self, size: int, fd: Optional[int], path: Optional[str]) -> None:
         self.refs, self.size, self.fd, self.path = 1, size, fd, path
+        self.owner: Optional[socket.socket] = None  # whose pool it returns to
+        self.idle, self.since = 0.0, 0.0
 
     def free(self) -> None:
         if self.fd is not None:
+            if self.owner is not None:
+                _punch(self.fd, self.size)
             os.close(self.fd)
         if self.path is not None:
             try:
@@ -60,9 +88,12 @@ class Janitor:
         self.segments: Dict[str, Segment] = {}
         self.tickets: Dict[str, Optional[str]] = {}  # ticket -> segment (None: its segment was gone)
         self.holds: Dict[socket.socket, Dict[str, int]] = {}
-        self.parked: Dict[str, List[Tuple[socket.socket, str]]] = {}
+        self.parked: Dict[str, List[Tuple[Optional[socket.socket], str]]] = {}
         self.buffers: Dict[socket.socket, bytes] = {}
         self.fds: Dict[socket.socket, List[int]] = {}
+        self.boards: Dict[socket.socket, mmap.mmap] = {}
+        self.pooled: Dict[str, Segment] = {}  # free, kept for their owner to claim
+        self.drain: Callable[[socket.socket], None] = lambda conn: None  # read what the others sent already
 
     # -- references -------------------------------------------------------
     def unref(self, seg: str, n: int = 1) -> None:
@@ -71,12 +102,47 @@ class Janitor:
             s.refs -= n
             if s.refs <= 0:
                 del self.segments[seg]
-                s.free()
+                if s.owner in self.holds:
+                    s.since = time.monotonic()
+                    self.pooled[seg] = s
+                else:
+                    s.free()
+
+    def claim(self, conn: socket.socket, ticket: str, segs: List[str]) -> None:
+        self.drain(conn)  # a release sent before this claim (by a receiver) counts
+        gone = [seg for seg in segs if seg not in self.pooled and seg not in self.segments]
+        seg = next((seg for seg in segs if seg in self.pooled and self.pooled[seg].owner is conn), "-")
+        if seg != "-":
+            s = self.segments[seg] = self.pooled.pop(seg)
+            s.refs = 1
+            if ticket == "-":
+                self.holds[conn][seg] = self.holds[conn].get(seg, 0) + 1
+            else:
+                self.add_ticket(ticket, seg)
+        conn.sendall((" ".join([seg, *gone]) + "\n").encode())
+
+    def unpool(self, seg: str) -> None:
+        if seg in self.pooled:
+            self.pooled.pop(seg).free()
+        elif seg in self.segments:
+            self.segments[seg].owner = None
+
+    def expire(self) -> Optional[float]:
+        """Free the pooled segments unused for their IDLE seconds; seconds until the next is due."""
+        now, due = time.monotonic(), []
+        for seg, s in list(self.pooled.items()):
+            if now - s.since >= s.idle:
+                self.pooled.pop(seg).free()
+            else:
+                due.append(s.since + s.idle - now)
+        return min(due) if due else None
 
     def add_ticket(self, ticket: str, seg: Optional[str]) -> None:
         self.tickets[ticket] = seg
         for conn, verb in self.parked.pop(ticket, []):
-            if conn in self.holds:
+            if conn is None:  # a drop from a board whose process is gone
+                self.drop_pocketed(ticket)
+            elif conn in self.holds:
                 try:
                     self.resolve(conn, verb, ticket)
                 except OSError:
@@ -101,17 +167,41 @@ class Janitor:
             fds = [s.fd] if s.fd is not None else []
             socket.send_fds(conn, [f"ok {seg}\n".encode()], fds)
 
+    def drop_pocketed(self, ticket: str) -> None:
+        if ticket not in self.tickets:  # its "tkt" is not read yet: drop it when it is
+            self.parked.setdefault(ticket, []).append((None, "drop"))
+            return
+        seg = self.tickets.pop(ticket)
+        if seg is not None:
+            self.unref(seg)
+
+    def pocketed(self, board: mmap.mmap) -> List[str]:
+        return [board[at + 1:at + SLOT].rstrip(b"\0").decode() for at in range(0, len(board), SLOT)
+                if board[at] == 1]
+
     # -- messages ---------------------------------------------------------
     def handle(self, conn: socket.socket, line: str) -> None:
         verb, *args = line.split(" ")
-        if verb in ("new", "nt"):
-            seg, size, path = (args[0], int(args[1]), args[2]) if verb == "new" else (args[0], int(args[2]), args[3])
+        if verb in ("new", "nt", "newp", "ntp"):
+            by_sender = verb in ("new", "newp")
+            seg, size, path = (args[0], int(args[1]), args[2]) if by_sender else (args[0], int(args[2]), args[3])
             fd = self.fds[conn].pop(0) if path == "-" else None
-            self.segments[seg] = Segment(size, fd, None if path == "-" else path)
-            if verb == "new":
+            s = self.segments[seg] = Segment(size, fd, None if path == "-" else path)
+            if verb.endswith("p"):
+                s.owner, s.idle = conn, float(args[-1])
+            if by_sender:
                 self.holds[conn][seg] = self.holds[conn].get(seg, 0) + 1
             else:
                 self.add_ticket(args[1], seg)
+        elif verb == "claim":
+            self.claim(conn, args[0], args[1:])
+        elif verb == "unpool":
+            self.unpool(args[0])
+        elif verb == "taint":
+            if args[0] in self.segments:
+                self.segments[args[0]].owner = None
+        elif verb == "pooled":
+            conn.sendall((" ".join(f"{seg}:{s.size}" for seg, s in self.pooled.items()) + "\n").encode())
         elif verb == "tkt":
             seg = args[0]
             if seg in self.segments:
@@ -131,15 +221,25 @@ class Janitor:
             if held.get(args[0], 0) > 0:
                 held[args[0]] -= 1
                 self.unref(args[0])
+        elif verb == "board":
+            fd = self.fds[conn].pop(0)
+            try:
+                self.boards[conn] = mmap.mmap(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
         elif verb == "stat":
             total = sum(s.size for s in self.segments.values())
-            conn.sendall(f"{len(self.segments)} {total} {len(self.tickets)}\n".encode())
+            pocketed = sum(len(self.pocketed(b)) for b in self.boards.values())
+            conn.sendall(f"{len(self.segments)} {total} {max(len(self.tickets) - pocketed, 0)}\n".encode())
         elif verb == "list":
             conn.sendall((" ".join(f"{seg}:{s.size}" for seg, s in self.segments.items()) + "\n").encode())
 
     def receive(self, conn: socket.socket) -> bool:
         try:
-            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS_PER_RECV)
+            # Never blocks: a claim's drain may have read what select() reported ready.
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS_PER_RECV, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
         except OSError:
             data, fds = b"", []
         if not data:
@@ -157,17 +257,28 @@ class Janitor:
         return True
 
     def close(self, conn: socket.socket) -> None:
+        board = self.boards.pop(conn, None)
+        if board is not None:
+            for ticket in self.pocketed(board):
+                self.drop_pocketed(ticket)
+            board.close()
         for seg, n in self.holds.pop(conn).items():
             self.unref(seg, n)
+        for seg in [seg for seg, s in self.pooled.items() if s.owner is conn]:
+            self.pooled.pop(seg).free()
+        for s in self.segments.values():
+            if s.owner is conn:
+                s.owner = None
         for fd in self.fds.pop(conn):
             os.close(fd)
         del self.buffers[conn]
         conn.close()
 
     def free_all(self) -> None:
-        for s in self.segments.values():
+        for s in [*self.segments.values(), *self.pooled.values()]:
             s.free()
         self.segments.clear()
+        self.pooled.clear()
 
 
 def _watch(root: int) -> Optional[int]:
@@ -194,20 +305,30 @@ def serve(listener: socket.socket, root: int) -> None:
     pidfd = _watch(root)
     if pidfd is not None:
         sel.register(pidfd, selectors.EVENT_READ, "root")
-    while True:
-        events = sel.select(None if pidfd is not None else 1.0)
-        if pidfd is None and not _alive(root):
-            break
-        if any(key.data == "root" for key, _ in events):
-            break
+    def serve_ready(timeout: Optional[float], skip: Optional[socket.socket] = None) -> bool:
+        events = [(key, mask) for key, mask in sel.select(timeout) if key.fileobj is not skip]
+        if any(key.data == "root" for key, _ in events) or (pidfd is None and not _alive(root)):
+            return False
         for key, _ in events:
             if key.data == "listen":
-                conn, _ = listener.accept()
+                try:
+                    conn, _ = listener.accept()  # non-blocking: a claim's drain may have accepted it
+                except BlockingIOError:
+                    continue
+                conn.setblocking(True)
                 janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
                 sel.register(conn, selectors.EVENT_READ, "conn")
             elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):
                 sel.unregister(key.fileobj)
                 janitor.close(key.fileobj)
+        return True
+
+    janitor.drain = lambda conn: None if serve_ready(0, conn) else None
+    while True:
+        due = janitor.expire()
+        waits = [t for t in (due, None if pidfd is not None else 1.0) if t is not None]
+        if not serve_ready(min(waits) if waits else None):
+            break
     janitor.free_all()
 
 
@@ -219,6 +340,7 @@ def main(root: int) -> int:
     except OSError:
         return 0  # another janitor already serves this root
     listener.listen(512)
+    listener.setblocking(False)
     if os.fork():
         os._exit(0)  # detach: the starter waits for this intermediate process only
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -7,7 +7,7 @@ from typing import Dict
 
 from . import _client, _segments, _space, _strategies
 
-__all__ = ["ShmUsage", "shm_usage", "live_segments"]
+__all__ = ["ShmUsage", "shm_usage", "live_segments", "pooled_segments"]
 
 
 @dataclass(frozen=True)
@@ -68,4 +68,14 @@ def live_segments() -> Dict[str, int]:
     if not _client.running(root):
         return {}
     reply, _ = _client.request(root, "list\n")
+    return {seg: int(size) for seg, size in (item.rsplit(":", 1) for item in reply.split())}
+
+
+def pooled_segments() -> Dict[str, int]:
+    """The free segments kept in this tree's pools for reuse (not counted as live), by name,
+    with their sizes; empty when no janitor runs."""
+    root = _client.tree_root()
+    if not _client.running(root):
+        return {}
+    reply, _ = _client.request(root, "pooled\n")
     return {seg: int(size) for seg, size in (item.rsplit(":", 1) for item in reply.split())}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Tuple
 
 from .._backend import pickling as _pickling
 from . import _segments, _strategies
@@ -82,15 +82,16 @@ def same_kind(copy: "np.ndarray", arr: "np.ndarray") -> "np.ndarray":
     return result
 
 
-def zeros(shape: Any, dtype: Any) -> "np.ndarray":
-    """A C-ordered array of zeros in a new segment held by this process."""
+def zeros(shape: Any, dtype: Any, zero: bool = True) -> "np.ndarray":
+    """A C-ordered array in a segment held by this process: zeros, or (``zero=False``, for a
+    copy about to overwrite it) whatever a reused segment held."""
     import numpy as np
     dt = np.dtype(dtype)
     if dt.hasobject:
         raise TypeError(f"dtype {dt} holds Python objects, which cannot live in shared memory; "
                         f"use a numeric, bool, bytes or structured dtype")
     count = int(np.prod(shape, dtype=np.int64))
-    return np.ndarray(shape, dt, buffer=_segments.create(count * dt.itemsize))  # type: ignore[arg-type, no-any-return, unused-ignore]  # numpy's stubs: ndarray() is Any under Python 3.10, and numpy < 2.5 rejects a ctypes array as buffer=
+    return np.ndarray(shape, dt, buffer=_segments.create(count * dt.itemsize, zero=zero))  # type: ignore[arg-type, no-any-return, unused-ignore]  # numpy's stubs: ndarray() is Any under Python 3.10, and numpy < 2.5 rejects a ctypes array as buffer=
 
 
 # --------------------------------------------------------------------------
@@ -106,23 +107,29 @@ def _rebuildable(cls: type) -> bool:
 
 
 def _reduce_ndarray(arr: "np.ndarray") -> Any:
+    import numpy as np
     cls = type(arr)
     if arr.dtype.hasobject or not _rebuildable(cls):
         return NotImplemented
+    # Only plain tuples, numbers and strings besides the function: each other object (a
+    # NamedTuple, a dtype, a class) costs the pickler a lookup of its own on the hot path.
     state = getattr(arr, "__dict__", None) or None
+    kind = None if cls is np.ndarray else cls
+    dtype = arr.dtype.str if arr.dtype.isbuiltin == 1 else arr.dtype
     address = data_address(arr)
     mapped = _segments.find(address)
     if mapped is not None:
         offset = address - mapped.start
-        low, high = span(arr.shape, arr.strides, arr.itemsize)
+        low, high = (0, arr.nbytes) if arr.flags.c_contiguous else span(arr.shape, arr.strides, arr.itemsize)
         if offset + low >= 0 and offset + high <= mapped.size:
-            handle = _segments.ticket_for(mapped)
-            return _rebuild_ndarray, (handle, arr.dtype, arr.shape, arr.strides, offset, cls, state)
+            handle = tuple(_segments.ticket_for(mapped))
+            return _rebuild_ndarray, (handle, dtype, arr.shape, arr.strides, offset, kind, state)
     if arr.nbytes < _strategies.get_sharing_threshold():
         return NotImplemented
     strides = arr.strides if (arr.flags.c_contiguous or arr.flags.f_contiguous) else None
-    handle = _segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr))
-    return _rebuild_ndarray, (handle, arr.dtype, arr.shape, strides, 0, cls, state)
+    handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr),
+                                          lambda buf: _fill_mapped(buf, arr)))
+    return _rebuild_ndarray, (handle, dtype, arr.shape, strides, 0, kind, state)
 
 
 def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
@@ -138,12 +145,22 @@ def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
         del dst
 
 
-def _rebuild_ndarray(handle: _segments.Handle, dtype: "np.dtype", shape: Tuple[int, ...],
-                     strides: Optional[Tuple[int, ...]], offset: int, cls: type,
+def _fill_mapped(buf: Any, arr: "np.ndarray") -> None:
+    """Copy ``arr`` into a reused segment's mapping, laid out as the receiver will read it."""
+    import numpy as np
+    order: Literal["C", "F"] = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
+    dst = np.ndarray(arr.shape, arr.dtype, buffer=buf, order=order)
+    np.copyto(dst, arr)
+    del dst
+
+
+def _rebuild_ndarray(handle: Tuple[Any, ...], dtype: Any, shape: Tuple[int, ...],
+                     strides: Optional[Tuple[int, ...]], offset: int, cls: Optional[type],
                      state: Optional[Dict[str, Any]]) -> "np.ndarray":
     import numpy as np
-    arr: np.ndarray = np.ndarray(shape, dtype, buffer=_segments.attach(handle), offset=offset, strides=strides)  # type: ignore[arg-type, unused-ignore]  # numpy < 2.5 stubs reject a ctypes array as buffer=
-    if cls is not np.ndarray:
+    buf = _segments.attach(_segments.Handle._make(handle))
+    arr: np.ndarray = np.ndarray(shape, dtype, buffer=buf, offset=offset, strides=strides)  # type: ignore[arg-type, unused-ignore]  # numpy < 2.5 stubs reject a ctypes array as buffer=
+    if cls is not None:
         arr = arr.view(cls)
         if state:
             arr.__dict__.update(state)

@@ -1,32 +1,28 @@
-"""Segments: making, mapping and sending shared-memory segments, and finding the one under an address.
+"""Segments: making shared-memory segments, and sending and receiving them as handles.
 
 A segment travels as a :class:`Handle` naming a *ticket*: one reference to the
 segment, registered with the tree's janitor by the sender before the message
 leaves, and turned into the receiver's own hold when it maps the segment. So the
 memory lives while any process maps it or any message carrying it is unread --
 whatever order the processes exit in -- and is freed by the janitor when the
-last reference goes, or when the tree's root process dies.
-
-Each process keeps a registry of the segments it maps, by address, so that any
-array or tensor whose data lies in one (a view, a slice, a transpose) is found
-and sent as a handle.
+last reference goes, or when the tree's root process dies. A receiver that
+already maps the segment keeps the ticket for its own next send (``_pocket``);
+a new segment may be a freed one of this process's, reused (``_pool``); the
+segments a process maps are in ``_registry``.
 """
 
 from __future__ import annotations
 
-import bisect
 import ctypes
 import functools
 import itertools
-import mmap
 import os
 import secrets
-import threading
-import weakref
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, NamedTuple, Optional, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
-from . import _client, _space, _strategies
+from . import _client, _pocket, _pool, _space, _strategies
+from ._registry import Buffer, Mapped, find, live, map_fd, mapped_here, register
 
 __all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "forget_ticket", "attach", "find", "live"]
 
@@ -41,53 +37,6 @@ class Handle(NamedTuple):
     path: str        # "-" for a file_descriptor segment
 
 
-Buffer = ctypes.Array[ctypes.c_char]  # a c_char array over the mapping; arrays and tensors keep it alive
-
-
-class Mapped:
-    """A segment mapped in this process; the buffer object's life is the mapping's."""
-
-    __slots__ = ("seg", "root", "size", "path", "start", "mm", "__weakref__")
-
-    def __init__(self, handle: Handle, buf: Buffer) -> None:
-        self.seg, self.root, self.size, self.path = handle.seg, handle.root, handle.size, handle.path
-        self.mm: "weakref.ref[Buffer]" = weakref.ref(buf)
-        self.start = ctypes.addressof(buf)
-
-
-# mmap through libc rather than the mmap module: an mmap.mmap object keeps a duplicate
-# of its file descriptor open for its whole life (before Python 3.13's trackfd=False),
-# and thousands of arrays in flight would exhaust the process's descriptors.
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def _map(fd: int, size: int) -> Buffer:
-    address = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
-    if address in (None, _MAP_FAILED):
-        err = ctypes.get_errno()
-        raise OSError(err, f"cannot map a shared-memory segment of {size} bytes: {os.strerror(err)}")
-    return (ctypes.c_char * size).from_address(address)
-
-
-# Reentrant: a finalizer (unregister) may run while this thread is inside find().
-_lock = threading.RLock()
-
-
-def _new_lock_in_child() -> None:
-    global _lock
-    _lock = threading.RLock()  # the parent's may have been held by a thread that is not here
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child)
-
-_by_seg: Dict[str, Mapped] = {}
-_starts: List[int] = []
-_at_start: Dict[int, Mapped] = {}
 _pid = os.getpid()
 _token = secrets.token_hex(3)
 _counter = itertools.count()
@@ -122,28 +71,44 @@ def _discard(fd: int, path: str) -> None:
         os.unlink(path)
 
 
-def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None) -> Buffer:
-    """A new zero-filled segment of ``nbytes``, mapped and held by this process.
+def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None, zero: bool = True) -> Buffer:
+    """A segment of ``nbytes`` (zero-filled unless ``zero`` is False), mapped and held by this process:
+    a freed one of this process's reused if it fits, else a new one.
 
-    ``opened(fd, size)``, if given, is called while the segment's file is open (to map it
-    a second time, by another library: torch's shared storages)."""
+    ``opened(fd, size)``, if given, is called while a new segment's file is open (to map it
+    a second time, by another library: torch's shared storages); such a one is never reused."""
     size = max(nbytes, 1)
+    root = _client.tree_root()
+    poolable = opened is None and _pool.poolable(size)
+    with _posix.interrupts_deferred():  # a segment claimed from the pool is registered, or never claimed
+        entry = _pool.claim(root, size, "-") if poolable else None
+        if entry is not None:
+            mm = entry.buffer()
+            register(root, entry.seg, entry.size, "-", mm, poolable=True)
+    if entry is not None:
+        if zero:
+            ctypes.memset(entry.start, 0, entry.size)
+        return mm
     fd, seg, path = _open_new(size)
     try:
         _space.reserve(fd, size, path if path != "-" else "a memory file")
-        mm = _map(fd, size)
+        mm = map_fd(fd, size)
         if opened is not None:
             opened(fd, size)
-        root = _client.tree_root()
+        verb = f"newp {seg} {size} {path} {_idle()}" if poolable else f"new {seg} {size} {path}"
         # The janitor's count of our hold and the finalizer that gives it back: both or neither.
         with _posix.interrupts_deferred():
-            _client.send(root, f"new {seg} {size} {path}\n", [fd] if path == "-" else ())
-            _register(Handle(root, seg, "", size, path), mm)
+            _client.send(root, verb + "\n", [fd] if path == "-" else ())
+            register(root, seg, size, path, mm, poolable=poolable)
     except BaseException:
         _discard(fd, path)
         raise
     os.close(fd)
     return mm
+
+
+def _idle() -> float:
+    return _strategies.get_sharing_pool()[1]
 
 
 _WRITE_CHUNK = 1 << 30
@@ -162,22 +127,60 @@ def write_all(fd: int, size: int, flat: Any) -> None:
         os.ftruncate(fd, size)
 
 
-def create_moved(nbytes: int, fill: Callable[[int, int], None]) -> Handle:
-    """A new segment filled by ``fill(fd, size)`` and held only by the ticket returned."""
+def copy_into(buf: Buffer, flat: Any) -> None:
+    """Copy the contiguous bytes ``flat`` to the start of a reused segment's mapping."""
+    src = memoryview(flat).cast("B")
+    memoryview(buf).cast("B")[:src.nbytes] = src
+
+
+def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Callable[[Buffer], None]) -> Handle:
+    """A segment filled by ``fill(fd, size)`` (a new one) or ``fill_mapped(buffer)`` (a freed one of
+    this process's, reused), held only by the ticket returned."""
     size = max(nbytes, 1)
     if _pickling.probing():  # a check's pickle, never loaded: no copy, no reference
         return Handle(0, "", "", size, "-")
+    root = _client.tree_root()
+    if _pool.poolable(size):
+        ticket = _new_name()
+        # Claimed, filled and noted for release (see note_single_use), or never claimed: an
+        # interrupt waits for the copy (a fraction of a second a GiB).
+        with _posix.interrupts_deferred():
+            entry = _pool.claim(root, size, ticket)
+            if entry is not None:
+                return _refill(root, entry, ticket, fill_mapped)
     fd, seg, path = _open_new(size)
+    entry = None
     try:
         fill(fd, size)
-        root = _client.tree_root()
-        ticket = _new_ticket(root)
-        _client.send(root, f"nt {seg} {ticket} {size} {path}\n", [fd] if path == "-" else ())
+        with _posix.interrupts_deferred():  # the ticket noted, the janitor told, the mapping pooled: all or none
+            ticket = _new_ticket(root)
+            if path == "-" and _pool.poolable(size):  # kept mapped here (faulted in), to be reused once freed
+                entry = _pool.Entry(root, seg, size, ctypes.addressof(map_fd(fd, size, populate=True)), True)
+            verb = f"ntp {seg} {ticket} {size} {path} {_idle()}" if entry is not None else f"nt {seg} {ticket} {size} {path}"
+            _client.send(root, verb + "\n", [fd] if path == "-" else ())
+            os.close(fd)
+            fd = -1
+            if entry is not None and not _pool.adopt(entry):
+                _pool.give_up(entry)
     except BaseException:
-        _discard(fd, path)
+        if fd >= 0:
+            _discard(fd, path)
+            if entry is not None:
+                _pool.give_up(entry, tell=False)
         raise
-    os.close(fd)
     return Handle(root, seg, ticket, size, path)
+
+
+def _refill(root: int, entry: _pool.Entry, ticket: str, fill_mapped: Callable[[Buffer], None]) -> Handle:
+    try:
+        fill_mapped(entry.buffer())
+    except BaseException:
+        forget_ticket(root, ticket)
+        _pool.adopt(entry)
+        raise
+    _pickling.note_single_use(functools.partial(forget_ticket, root, ticket))
+    _pool.adopt(entry)
+    return Handle(root, entry.seg, ticket, entry.size, "-")
 
 
 # --------------------------------------------------------------------------
@@ -202,11 +205,16 @@ def forget_ticket(root: int, ticket: str) -> None:
 
 
 def ticket_for(mapped: Mapped) -> Handle:
-    """A handle for a segment this process maps: one more reference, carried by a ticket."""
+    """A handle for a segment this process maps: one more reference, carried by a ticket
+    (one this process pocketed when it received the segment, if it has one: no message)."""
     if _pickling.probing():  # a check's pickle, never loaded: no reference
         return Handle(mapped.root, mapped.seg, "", mapped.size, mapped.path)
-    ticket = _new_ticket(mapped.root)
-    _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
+    ticket = _pocket.reuse(mapped.root, mapped.seg)
+    if ticket is None:
+        ticket = _new_name()
+        _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
+    # One reference: the pickle carrying it is loaded once, or given back if it never is.
+    _pickling.note_single_use(functools.partial(forget_ticket, mapped.root, ticket))
     return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
 
 
@@ -220,17 +228,17 @@ def attach(handle: Handle) -> Buffer:
 
 
 def _attach(handle: Handle) -> Buffer:
-    known = _by_seg.get(handle.seg)
-    mm = known.mm() if known is not None else None
-    if mm is not None:  # already mapped here: the ticket's reference is not needed
-        _client.send(handle.root, f"drop {handle.ticket}\n")
+    mm = mapped_here(handle.seg)
+    if mm is not None:  # already mapped here: the ticket is kept for this process's next send
+        if handle.ticket:
+            _pocket.keep(handle.root, handle.seg, handle.ticket)
         return mm
     fd = _open_received(handle)
     try:
-        mm = _map(fd, handle.size)
+        mm = map_fd(fd, handle.size)
     finally:
         os.close(fd)
-    _register(handle, mm)
+    register(handle.root, handle.seg, handle.size, handle.path, mm)
     return mm
 
 
@@ -254,57 +262,3 @@ def _gone(handle: Handle) -> str:
     return (f"shared-memory segment nbmp-{handle.seg} was already freed when it arrived: the process that "
             f"sent it did not hold it (e.g. a forked child re-sending an array its parent had let go of). "
             f"Fix: keep the array alive in the process that made it until the receivers have it.")
-
-
-# --------------------------------------------------------------------------
-# The registry of mapped segments
-# --------------------------------------------------------------------------
-
-
-def _register(handle: Handle, buf: Buffer) -> None:
-    mapped = Mapped(handle, buf)
-    with _lock:
-        _by_seg[mapped.seg] = mapped
-        bisect.insort(_starts, mapped.start)
-        _at_start[mapped.start] = mapped
-    # Not at exit: arrays may still be in use while the interpreter shuts down.
-    weakref.finalize(buf, _unregister, mapped, os.getpid()).atexit = False
-
-
-def _unregister(mapped: Mapped, holder: int) -> None:
-    # A finalizer: an interrupt raised in here would be printed and dropped, and would leave
-    # the segment mapped or held. It is held, and sent again once the cleanup is done.
-    with _posix.interrupts_held():
-        _forget(mapped, holder)
-
-
-def _forget(mapped: Mapped, holder: int) -> None:
-    with _lock:
-        if _at_start.get(mapped.start) is mapped:
-            del _at_start[mapped.start]
-            _starts.pop(bisect.bisect_left(_starts, mapped.start))
-        if _by_seg.get(mapped.seg) is mapped:
-            del _by_seg[mapped.seg]
-    # Unmapped only once out of the registry, so a new mapping at the same address is not
-    # mistaken for this one; the buffer is dead, so nothing can reach the memory any more.
-    _libc.munmap(mapped.start, mapped.size)
-    if holder == os.getpid():  # a forked child inherits the mapping, not the hold
-        try:
-            _client.send(mapped.root, f"rel {mapped.seg}\n")
-        except OSError:
-            pass  # the janitor is gone (root exited): nothing left to release
-
-
-def find(address: int) -> Optional[Mapped]:
-    """The segment mapped in this process that contains ``address``, if any."""
-    with _lock:
-        i = bisect.bisect_right(_starts, address) - 1
-        mapped = _at_start.get(_starts[i]) if i >= 0 else None
-    if mapped is None or address >= mapped.start + mapped.size or mapped.mm() is None:
-        return None
-    return mapped
-
-
-def live() -> List[Mapped]:
-    """The segments mapped by this process now."""
-    return [m for m in _by_seg.values() if m.mm() is not None]

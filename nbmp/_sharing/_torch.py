@@ -130,7 +130,7 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
         found = _storage_segment(t)
     if found is not None:
         mapped, offset = found
-        handle = _segments.ticket_for(mapped)
+        handle = tuple(_segments.ticket_for(mapped))
         layout = (offset, t.untyped_storage().nbytes(), t.storage_offset(), tuple(t.size()), t.stride())
         return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
     if t.is_shared():  # shared by torch: its storage goes by torch's handle (_reduce_storage)
@@ -172,7 +172,8 @@ def _finish(t: "torch.Tensor", cls: type, requires_grad: bool) -> "torch.Tensor"
 
 def _reduce_moved(t: "torch.Tensor", cls: type) -> Any:
     flat = _contiguous_bytes(t)
-    handle = _segments.create_moved(flat.nbytes, lambda fd, size: _segments.write_all(fd, size, flat))
+    handle = tuple(_segments.create_moved(flat.nbytes, lambda fd, size: _segments.write_all(fd, size, flat),
+                                          lambda buf: _segments.copy_into(buf, flat)))
     size = tuple(t.size())
     layout = (0, flat.nbytes, 0, size, _contiguous_strides(size))
     return _rebuild_tensor, (handle, layout, t.dtype, cls, t.requires_grad)
@@ -186,12 +187,12 @@ def _contiguous_strides(size: Tuple[int, ...]) -> Tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def _rebuild_tensor(handle: _segments.Handle, layout: Tuple[int, int, int, Tuple[int, ...], Tuple[int, ...]],
+def _rebuild_tensor(handle: Tuple[Any, ...], layout: Tuple[int, int, int, Tuple[int, ...], Tuple[int, ...]],
                     dtype: "torch.dtype", cls: type, requires_grad: bool) -> "torch.Tensor":
     import torch
     offset, nbytes, storage_offset, size, stride = layout
-    mm = _segments.attach(handle)
-    ours = _moved_by_seg.get(handle.seg)
+    mm = _segments.attach(_segments.Handle._make(handle))
+    ours = _moved_by_seg.get(handle[1])
     storage = ours() if ours is not None else None  # a storage this process moved: the same memory, torch's mapping
     if storage is None:
         storage = _uint8_over(mm, offset, nbytes).untyped_storage()

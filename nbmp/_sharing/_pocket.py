@@ -1,0 +1,140 @@
+"""Tickets this process received for segments it already maps: kept, not handed back at once.
+
+A handle's ticket is one reference to its segment, meant to become the receiver's
+hold. A receiver that already maps the segment (inherited by fork, or received
+before) needs no hold, so the reference would be given back to the janitor, and
+the next time this process sends that segment a new one would be asked for: two
+messages per hop of a round trip. Instead the ticket is *pocketed*: the next send
+of the same segment carries it again, and no message is sent at all.
+
+So that a pocketed ticket is never lost with its process (SIGKILL included), it is
+written in this process's *board*: a small memory file shared with the janitor,
+which reads it when the process's connection closes and drops every ticket still
+there. Tickets are given back when the process stops mapping the segment, or in
+one message when the board is full. A forked child starts with an empty pocket:
+its parent's tickets are its parent's.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from typing import Dict, List, Optional, Tuple
+
+from . import _client
+
+__all__ = ["keep", "reuse", "give_back", "SLOT", "SLOTS"]
+
+SLOT = 40       # one byte "in use" (1) or free (0), then the ticket's name, NUL-padded
+SLOTS = 1024    # 40 KiB per process; a full board is emptied in one message
+
+
+class _Board:
+    """One janitor's board in this process: the slots, and which segment each ticket is for."""
+
+    def __init__(self, root: int) -> None:
+        fd = os.memfd_create("nbmp-board", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, SLOT * SLOTS)
+            self.mm = mmap.mmap(fd, SLOT * SLOTS)
+            _client.send(root, "board\n", [fd])
+        finally:
+            os.close(fd)
+        self.root = root
+        self.free = list(range(SLOTS - 1, -1, -1))
+        self.by_seg: Dict[str, List[Tuple[str, int]]] = {}
+
+    def put(self, seg: str, ticket: str) -> bool:
+        if not self.free:
+            return False
+        slot = self.free.pop()
+        at = slot * SLOT
+        name = ticket.encode()[:SLOT - 1]
+        self.mm[at + 1:at + 1 + len(name)] = name
+        self.mm[at + 1 + len(name)] = 0
+        self.mm[at] = 1  # written last: a slot is whole before the janitor may trust it
+        self.by_seg.setdefault(seg, []).append((ticket, slot))
+        return True
+
+    def take(self, seg: str) -> Optional[str]:
+        kept = self.by_seg.get(seg)
+        if not kept:
+            return None
+        ticket, slot = kept.pop()
+        if not kept:
+            del self.by_seg[seg]
+        self.mm[slot * SLOT] = 0  # cleared before the ticket travels again
+        self.free.append(slot)
+        return ticket
+
+    def take_all(self, seg: Optional[str] = None) -> List[str]:
+        taken = []
+        for s in (list(self.by_seg) if seg is None else [seg]):
+            ticket = self.take(s)
+            while ticket is not None:
+                taken.append(ticket)
+                ticket = self.take(s)
+        return taken
+
+
+HAVE_MEMFD = hasattr(os, "memfd_create")
+# Reentrant: a finalizer (give_back) may run while this thread is inside keep().
+_lock = threading.RLock()
+_boards: Dict[int, _Board] = {}
+
+
+def _forget_in_child() -> None:
+    global _boards, _lock
+    # The boards and their tickets are the parent's; its lock may be held by a thread not here.
+    _boards, _lock = {}, threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _board(root: int, create: bool) -> Optional[_Board]:
+    board = _boards.get(root)
+    if board is None and create and HAVE_MEMFD:
+        board = _boards[root] = _Board(root)
+    return board
+
+
+def keep(root: int, seg: str, ticket: str) -> None:
+    """Pocket ``ticket`` (for ``seg``, which this process maps); a full board is emptied first."""
+    with _lock:
+        board = _board(root, create=True)
+        if board is None:  # no memory files here: hand it back at once
+            _client.send(root, f"drop {ticket}\n")
+            return
+        full = not board.put(seg, ticket)
+        emptied = board.take_all() if full else []
+        if full:
+            board.put(seg, ticket)
+    _drop(root, emptied)
+
+
+def reuse(root: int, seg: str) -> Optional[str]:
+    """A pocketed ticket for ``seg`` to send again (no message), if this process has one."""
+    board = _board(root, create=False)
+    if board is None:
+        return None
+    with _lock:
+        return board.take(seg)
+
+
+def give_back(root: int, seg: str) -> str:
+    """The messages that hand back every ticket pocketed for ``seg`` (this process unmaps it)."""
+    board = _board(root, create=False)
+    if board is None:
+        return ""
+    with _lock:
+        tickets = board.take_all(seg)
+    return "".join(f"drop {t}\n" for t in tickets)
+
+
+def _drop(root: int, tickets: List[str]) -> None:
+    if tickets:
+        _client.send(root, "".join(f"drop {t}\n" for t in tickets))
+
