@@ -6,6 +6,8 @@ trivial workers, from the call to all results:
 
 * the raw floor: N x ``os.fork`` + ``waitpid`` (each fork copies the parent's page tables);
 * ``nbmp.spawn`` (fork, output relayed, results returned, fork-safety resets on);
+* ``nbmp.spawn(..., start_method="forkserver")``: workers forked by a small server process,
+  whose size does not grow with the parent's (the target and arguments are pickled instead);
 * torch's ``start_processes(start_method="fork")`` when torch is installed.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_scaling.py [--repeat N] [--sizes 0.1 1 4] [--plot PNG]``;
@@ -31,7 +33,7 @@ def trivial(i: int) -> int:
     return i
 
 
-def _child(gib: float, repeat: int) -> None:
+def _child(gib: float, repeat: int, huge: bool) -> None:
     """In a fresh interpreter: hold ``gib`` GiB, then time every row for every count."""
     import numpy as np
     import nbmp
@@ -39,7 +41,14 @@ def _child(gib: float, repeat: int) -> None:
         import torch.multiprocessing as torch_mp
     except ImportError:
         torch_mp = None
-    ballast = np.ones(int(gib * (1 << 30)) // 8)  # touched: resident, as a kernel's data is
+    # Touched, so resident, as a kernel's data is; in 1 MiB arrays, which numpy does not put on
+    # transparent huge pages (it advises them from 4 MiB): fork copies a page-table entry per
+    # 4 KiB page, as for a kernel holding many mid-sized objects. One big array on huge pages
+    # costs fork far less (--huge).
+    if huge:
+        ballast = [np.ones(int(gib * (1 << 30)) // 8)]
+    else:
+        ballast = [np.ones(1 << 17) for _ in range(int(gib * 1024))]
     rss = _rss()
 
     def floor(n: int) -> None:
@@ -55,10 +64,13 @@ def _child(gib: float, repeat: int) -> None:
     def spawn(n: int) -> None:
         assert nbmp.spawn(trivial, nprocs=n) == list(range(n))
 
+    def forkserver(n: int) -> None:
+        assert nbmp.spawn(trivial, nprocs=n, start_method="forkserver") == list(range(n))
+
     def torch_fork(n: int) -> None:
         torch_mp.start_processes(trivial, nprocs=n, start_method="fork")
 
-    rows: List[Tuple[str, Callable[[int], None]]] = [("floor", floor), ("nbmp", spawn)]
+    rows: List[Tuple[str, Callable[[int], None]]] = [("floor", floor), ("nbmp", spawn), ("forkserver", forkserver)]
     if torch_mp is not None:
         rows.append(("torch", torch_fork))
     for n in COUNTS:
@@ -85,26 +97,29 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1.0, 4.0], help="parent sizes, GiB")
     parser.add_argument("--plot", default=None, help="save a chart here (matplotlib)")
+    parser.add_argument("--huge", action="store_true", help="the parent's data as one array (huge pages)")
     parser.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.child is not None:
-        _child(opts.child, opts.repeat)
+        _child(opts.child, opts.repeat, opts.huge)
         return
     results = []
     for gib in opts.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(gib), "--repeat", str(opts.repeat)],
+        out = subprocess.run([sys.executable, __file__, "--child", str(gib), "--repeat", str(opts.repeat)]
+                             + (["--huge"] if opts.huge else []),
                              stdout=subprocess.PIPE, check=True, text=True).stdout
         results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     has_torch = any("torch" in r for r in results)
     print(f"Trivial workers, from the call to all results; parent with numpy (and torch) imported and the "
-          f"given resident size; medians of {opts.repeat}; Python {platform.python_version()}, "
+          f"given resident size ({'one array, huge pages' if opts.huge else '1 MiB arrays, 4 KiB pages'}); "
+          f"medians of {opts.repeat}; Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, {platform.system()}\n")
-    print("| parent RSS | workers | raw fork floor (ms) | nbmp.spawn (ms) | × floor |"
+    print("| parent RSS | workers | raw fork floor (ms) | nbmp.spawn (ms) | × floor | nbmp.spawn forkserver (ms) | × floor |"
           + (" torch start_processes fork (ms) | × floor | nbmp × torch |" if has_torch else ""))
-    print("|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if has_torch else ""))
+    print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if has_torch else ""))
     for r in results:
         line = (f"| {r['rss'] / (1 << 30):.2f} GiB | {r['n']} | {r['floor'] * 1e3:.1f} | {r['nbmp'] * 1e3:.1f} "
-                f"| {r['nbmp'] / r['floor']:.2f} |")
+                f"| {r['nbmp'] / r['floor']:.2f} | {r['forkserver'] * 1e3:.1f} | {r['forkserver'] / r['floor']:.2f} |")
         if has_torch:
             line += f" {r['torch'] * 1e3:.1f} | {r['torch'] / r['floor']:.2f} | {r['nbmp'] / r['torch']:.2f} |"
         print(line)
@@ -112,7 +127,8 @@ def main() -> None:
         import _plot
         labels = [f"{r['gib']:g} GiB parent, {r['n']} workers" for r in results]
         series = {"raw fork floor": [r["floor"] * 1e3 for r in results],
-                  "nbmp.spawn": [r["nbmp"] * 1e3 for r in results]}
+                  "nbmp.spawn": [r["nbmp"] * 1e3 for r in results],
+                  "nbmp.spawn, forkserver": [r["forkserver"] * 1e3 for r in results]}
         if has_torch:
             series["torch start_processes (fork)"] = [r.get("torch", 0) * 1e3 for r in results]
         _plot.bars(opts.plot, labels, series, title="spawn start: workers and parent size",
