@@ -36,6 +36,7 @@ def trivial(i: int) -> int:
 def _child(gib: float, repeat: int, huge: bool) -> None:
     """In a fresh interpreter: hold ``gib`` GiB, then time every row for every count."""
     import numpy as np
+    from bench_spawn import raw_fork_floor
     import nbmp
     try:
         import torch.multiprocessing as torch_mp
@@ -51,16 +52,6 @@ def _child(gib: float, repeat: int, huge: bool) -> None:
         ballast = [np.ones(1 << 17) for _ in range(int(gib * 1024))]
     rss = _rss()
 
-    def floor(n: int) -> None:
-        pids = []
-        for _ in range(n):
-            pid = os.fork()
-            if pid == 0:
-                os._exit(0)
-            pids.append(pid)
-        for pid in pids:
-            os.waitpid(pid, 0)
-
     def spawn(n: int) -> None:
         assert nbmp.spawn(trivial, nprocs=n) == list(range(n))
 
@@ -70,7 +61,7 @@ def _child(gib: float, repeat: int, huge: bool) -> None:
     def torch_fork(n: int) -> None:
         torch_mp.start_processes(trivial, nprocs=n, start_method="fork")
 
-    rows: List[Tuple[str, Callable[[int], None]]] = [("floor", floor), ("nbmp", spawn), ("forkserver", forkserver)]
+    rows: List[Tuple[str, Callable[[int], None]]] = [("floor", raw_fork_floor), ("nbmp", spawn), ("forkserver", forkserver)]
     if torch_mp is not None:
         rows.append(("torch", torch_fork))
     for n in COUNTS:

@@ -34,9 +34,10 @@ def trivial(i: int) -> int:
     return i
 
 
-def raw_fork_floor() -> None:
+def raw_fork_floor(n: int = NPROCS) -> None:
+    """The floor: ``n`` bare ``os.fork`` whose children exit at once, then ``waitpid``."""
     pids = []
-    for _ in range(NPROCS):
+    for _ in range(n):
         pid = os.fork()
         if pid == 0:
             os._exit(0)

@@ -73,7 +73,7 @@ def test_workers_and_segments_go_with_a_parent_killed_at_a_random_moment(kind, s
 # --------------------------------------------------------------------------
 
 
-def test_an_interrupt_between_a_janitor_request_and_its_reply_loses_no_reply(monkeypatch):
+def test_an_interrupt_between_a_janitor_request_and_its_reply_loses_no_reply(monkeypatch, python_sigint):
     # Found by the shm-transfer scenario: the reply left in the socket was read as the answer
     # to the next request ("not enough values to unpack" from live_segments, or a wrong fd).
     kept = nbmp.zeros(1000, dtype="uint8")
@@ -87,12 +87,8 @@ def test_an_interrupt_between_a_janitor_request_and_its_reply_loses_no_reply(mon
         return real(*args)
 
     monkeypatch.setattr(socket, "recv_fds", interrupted)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever an earlier test left
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _client.request(_client.tree_root(), "stat\n")
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with pytest.raises(KeyboardInterrupt):
+        _client.request(_client.tree_root(), "stat\n")
     assert live_segments() == expected
     del kept
 

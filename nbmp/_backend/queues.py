@@ -45,7 +45,7 @@ class _Pickled:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         self.sent = True  # the feeder thread has it
-        return _pickling.loads_whole, (self.data,)
+        return _pickling.loads, (self.data,)  # loaded by _ByNbmp.get, which already holds interrupts
 
 
 class _ByNbmp:
