@@ -188,6 +188,28 @@ def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
         pool.terminate()
 
 
+def test_map_while_the_worker_list_is_being_refilled():
+    # The worker handler empties and refills the Pool's list when workers die (a failing
+    # initializer): a map that reads it at that moment must still size its chunks.
+    with nbmp.Pool(2) as pool:
+        workers = pool._pool[:]
+        pool._pool.clear()
+        try:
+            result = pool.map_async(abs, range(-8, 0))
+        finally:
+            pool._pool.extend(workers)
+        assert result.get(TIMEOUT) == list(range(8, 0, -1))
+
+
+def test_an_init_failure_reported_after_terminate_is_ignored_quietly(capsys):
+    from nbmp._pool.worker import Notice
+    pool = nbmp.Pool(1)
+    pool.terminate()
+    pool.join()
+    pool._watch.handle(Notice("init-failed", payload=RuntimeError("late")))
+    assert "late" in pool._watch.broken and capsys.readouterr().err == ""
+
+
 def test_killing_idle_workers_loses_nothing(ctx):
     with ctx.Pool(2) as pool:
         for round in range(4):

@@ -181,6 +181,11 @@ class Pool(_stdpool.Pool):
         _checks.items(iterable, "iterable", "pool.map(f, range(10))")
         if not hasattr(iterable, "__len__"):
             iterable = list(iterable)
+        if chunksize is None:
+            # The stdlib divides by len(self._pool), which is 0 for a moment while the worker
+            # handler replaces dead workers (a failing initializer): use the Pool's size.
+            chunksize, extra = divmod(len(iterable), self._processes * 4)  # type: ignore[arg-type]  # Sized
+            chunksize += bool(extra)
         result: _stdpool.MapResult[Any] = super()._map_async(  # type: ignore[misc]  # stdlib private
             Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
         self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func,  # type: ignore[attr-defined]  # stdlib private

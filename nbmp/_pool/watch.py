@@ -324,7 +324,8 @@ class Watch:
             error = lost_error(end, doing, _CLOSED)
             self.broken = f"a worker died {doing}"
         self.broken_error = error
-        BROKEN_QUEUES.add(self.inqueue)
+        if self.inqueue is not None:  # None: the Pool already let its queues go
+            BROKEN_QUEUES.add(self.inqueue)
         self._fail_all(error)
         pool = self._live_pool()
         if pool is not None:
