@@ -58,6 +58,24 @@ def test_worker_dying_while_holding_shared_memory_frees_it(ctx, strategy, how):
     assert not nbmp_names(os.getpid())
 
 
+def killed_while_creating() -> None:
+    from nbmp._sharing import _space
+    nbmp.set_sharing_strategy("file_system")
+    _space.reserve = lambda *args: os.kill(os.getpid(), signal.SIGKILL)  # after the file exists
+    nbmp.zeros(1 << 20, dtype="uint8")
+
+
+def test_a_process_killed_between_creating_a_file_and_announcing_it_leaves_nothing():
+    # Found by the parent-kill trials (file_system): a process killed after creating a
+    # segment's file but before telling the janitor left an empty file in /dev/shm for good.
+    nbmp.zeros(1, dtype="uint8")  # the tree's janitor runs (the child's is then ours)
+    p = nbmp.get_context("fork").Process(target=killed_while_creating)
+    p.start()
+    p.join(TIMEOUT)
+    assert p.exitcode == -signal.SIGKILL
+    wait_until(lambda: not nbmp_names(p.pid), "the dead process's half-made file is unlinked", timeout=10)
+
+
 def first_elements(i, shared, moved):
     return int(shared[0]), int(moved[0])
 

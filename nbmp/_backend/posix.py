@@ -183,12 +183,19 @@ class interrupts_held(interrupts_deferred):
         if self.frames is None:
             return
         if self.frames:  # the resend is started before the handler is back: it comes after we return
-            try:
-                threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,),
-                                 name="nbmp-interrupt", daemon=True).start()
-            except RuntimeError:  # the interpreter is shutting down: nobody is left to interrupt
-                pass
+            resend_interrupt()
         _signal.signal(signal.SIGINT, self.previous)
+
+
+def resend_interrupt() -> None:
+    """Send SIGINT to the main thread again a few milliseconds from now, from a helper
+    thread: for an interrupt caught where it cannot be raised (a finalizer), so that it
+    is raised in the user's code once the finalizer has returned."""
+    try:
+        threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,),
+                         name="nbmp-interrupt", daemon=True).start()
+    except RuntimeError:  # the interpreter is shutting down: nobody is left to interrupt
+        pass
 
 
 def _resend_sigint(thread_id: int) -> None:

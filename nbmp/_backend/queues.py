@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from multiprocessing import queues, reduction
-from queue import Empty
+from queue import Empty, Full
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from .. import _forking
@@ -38,13 +38,12 @@ _PICKLING = _forking.ForkLock("queue pickling")
 class _Pickled:
     """A queued object already pickled by nbmp: the stdlib feeder sends the bytes as they are."""
 
-    __slots__ = ("data", "sent")
+    __slots__ = ("data",)
 
     def __init__(self, data: bytes) -> None:
-        self.data, self.sent = data, False
+        self.data = data
 
     def __reduce__(self) -> Tuple[Any, ...]:
-        self.sent = True  # the feeder thread has it
         return _pickling.loads, (self.data,)  # loaded by _ByNbmp.get, which already holds interrupts
 
 
@@ -80,25 +79,36 @@ class _ByNbmp:
     def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` on the queue, pickled now, by nbmp's pickler (cloudpickle): an object that
         cannot be sent raises here, in the caller (the stdlib's feeder thread would print the
-        error and drop the item, and ``get()`` would wait forever)."""
+        error and drop the item, and ``get()`` would wait forever).
+
+        Waiting for room can be interrupted; handing the item to the feeder thread (append to
+        its buffer, wake it) is done with interrupts held, so an interrupted ``put`` either
+        queued the item whole or gave back the shared-memory tickets its pickle held."""
         if self._closed:  # type: ignore[attr-defined]  # stdlib private: the stdlib checks it first
             raise ValueError(f"Queue {self!r} is closed")
-        item: Optional[_Pickled] = None
+        acquired = False
         with _pickling.collecting_single_use() as handed_out:
             try:
                 with _PICKLING:  # a Pool's or an executor's background thread may put here
                     data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a Queue")
-                item = _Pickled(data)
-                super().put(item, block, timeout)  # type: ignore[misc]  # a mixin: next in the MRO is a stdlib Queue
-            except BaseException:  # queue.Full, or an interrupt: if the item is not queued, nobody loads it
-                if handed_out and not self._queued(item):
-                    for release in handed_out:  # its shared-memory tickets go back
-                        release()
+                acquired = self._sem.acquire(block, timeout)  # type: ignore[attr-defined]  # stdlib private
+                if not acquired:
+                    raise Full
+            except BaseException:  # queue.Full, or an interrupt: nobody will load this pickle
+                if acquired:
+                    self._sem.release()  # type: ignore[attr-defined]
+                for release in handed_out:  # its shared-memory tickets go back
+                    release()
                 raise
+            with _posix.interrupts_deferred():
+                self._enqueue(_Pickled(data))
 
-    def _queued(self, item: Optional[_Pickled]) -> bool:
-        buffered = list(self._buffer)  # type: ignore[attr-defined]  # stdlib private; list(): one step, under the GIL
-        return item is not None and (item.sent or any(queued is item for queued in buffered))
+    def _enqueue(self, item: "_Pickled") -> None:
+        with self._notempty:  # type: ignore[attr-defined]  # stdlib private, as all below
+            if self._thread is None:  # type: ignore[attr-defined]
+                self._start_thread()  # type: ignore[attr-defined]
+            self._buffer.append(item)  # type: ignore[attr-defined]
+            self._notempty.notify()  # type: ignore[attr-defined]
 
 
 class Queue(_ByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[Any] fails at runtime before Python 3.12
@@ -107,6 +117,14 @@ class Queue(_ByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[An
 
 class JoinableQueue(_ByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  # as Queue
     """``multiprocessing.JoinableQueue`` with cloudpickle."""
+
+    def _enqueue(self, item: "_Pickled") -> None:
+        with self._notempty, self._cond:  # type: ignore[attr-defined]  # stdlib private, as all below
+            if self._thread is None:  # type: ignore[attr-defined]
+                self._start_thread()  # type: ignore[attr-defined]
+            self._buffer.append(item)  # type: ignore[attr-defined]
+            self._unfinished_tasks.release()  # type: ignore[attr-defined]
+            self._notempty.notify()  # type: ignore[attr-defined]
 
 
 class SimpleQueue(queues.SimpleQueue[Any]):

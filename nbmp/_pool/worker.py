@@ -24,13 +24,12 @@ import select
 import signal
 import tempfile
 import time
-import weakref
 from multiprocessing import reduction
 from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]  # typeshed omits these runtime names
 from typing import Any, Callable, Optional, Sequence
 
-from .._backend import pickling as _pickling
+from .._backend import finalizers as _finalizers, pickling as _pickling
 from .errors import wrap_task_exception
 
 __all__ = ["worker", "load_function", "Slot", "Notice", "Timed", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
@@ -68,7 +67,7 @@ class Slot:
         self._map = mmap.mmap(fd, _SLOT_BYTES)
         self.view = memoryview(self._map).cast("q")
         # Not at exit: the Pool's watcher thread (a daemon) may still read the slot then.
-        weakref.finalize(self, _close_slot, self.view, self._map, fd).atexit = False
+        _finalizers.on_death(self, _close_slot, self.view, self._map, fd)
 
     def __reduce__(self) -> Any:
         return _rebuild_slot, (reduction.DupFd(self.fd),)  # only while starting a child

@@ -5,6 +5,8 @@ starts in milliseconds and never imports the user's code. It binds the abstract
 Unix socket ``nbmp-janitor-<ROOT_PID>`` (exactly one janitor per root: a second
 one finds the name taken and exits), detaches, and then serves line messages:
 
+    plan PATH            the sender is about to create the file PATH (file_system): it is
+                         unlinked if the sender dies before its "new"/"nt" (or when the root dies)
     new S SIZE PATH      a segment, held once by the sender (file descriptor attached when PATH is -)
     nt S T SIZE PATH     a segment held only by the in-flight ticket T (fd attached when PATH is -)
     tkt S T              one more reference to S, carried by the in-flight ticket T
@@ -93,6 +95,7 @@ class Janitor:
         self.fds: Dict[socket.socket, List[int]] = {}
         self.boards: Dict[socket.socket, mmap.mmap] = {}
         self.pooled: Dict[str, Segment] = {}  # free, kept for their owner to claim
+        self.planned: Dict[socket.socket, Dict[str, None]] = {}  # files announced, not yet "new"
         self.drain: Callable[[socket.socket], None] = lambda conn: None  # read what the others sent already
 
     # -- references -------------------------------------------------------
@@ -186,6 +189,7 @@ class Janitor:
             by_sender = verb in ("new", "newp")
             seg, size, path = (args[0], int(args[1]), args[2]) if by_sender else (args[0], int(args[2]), args[3])
             fd = self.fds[conn].pop(0) if path == "-" else None
+            self.planned[conn].pop(path, None)
             s = self.segments[seg] = Segment(size, fd, None if path == "-" else path)
             if verb.endswith("p"):
                 s.owner, s.idle = conn, float(args[-1])
@@ -193,6 +197,8 @@ class Janitor:
                 self.holds[conn][seg] = self.holds[conn].get(seg, 0) + 1
             else:
                 self.add_ticket(args[1], seg)
+        elif verb == "plan":
+            self.planned[conn][" ".join(args)] = None  # a path may hold spaces
         elif verb == "claim":
             self.claim(conn, args[0], args[1:])
         elif verb == "unpool":
@@ -271,6 +277,7 @@ class Janitor:
                 s.owner = None
         for fd in self.fds.pop(conn):
             os.close(fd)
+        _unlink_all(self.planned.pop(conn))  # its maker died between creating and announcing them
         del self.buffers[conn]
         conn.close()
 
@@ -279,6 +286,17 @@ class Janitor:
             s.free()
         self.segments.clear()
         self.pooled.clear()
+        for planned in self.planned.values():
+            _unlink_all(planned)
+        self.planned.clear()
+
+
+def _unlink_all(paths: Dict[str, None]) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # never created, or already discarded by its maker
 
 
 def _watch(root: int) -> Optional[int]:
@@ -317,6 +335,7 @@ def serve(listener: socket.socket, root: int) -> None:
                     continue
                 conn.setblocking(True)
                 janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
+                janitor.planned[conn] = {}
                 sel.register(conn, selectors.EVENT_READ, "conn")
             elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):
                 sel.unregister(key.fileobj)

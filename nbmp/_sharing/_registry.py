@@ -18,7 +18,7 @@ import threading
 import weakref
 from typing import Dict, List, Optional
 
-from .._backend import posix as _posix
+from .._backend import finalizers as _finalizers
 from . import _client, _pocket, _pool
 
 __all__ = ["Buffer", "Mapped", "map_fd", "register", "find", "live"]
@@ -89,21 +89,14 @@ def register(root: int, seg: str, size: int, path: str, buf: Buffer, poolable: b
         _by_seg[mapped.seg] = mapped
         bisect.insort(_starts, mapped.start)
         _at_start[mapped.start] = mapped
-    # Not at exit: arrays may still be in use while the interpreter shuts down.
-    weakref.finalize(buf, _unregister, mapped, os.getpid()).atexit = False
+    # Run with interrupts held; not at exit: arrays may still be in use while the interpreter shuts down.
+    _finalizers.on_death(buf, _forget, mapped, os.getpid())
 
 
 def mapped_here(seg: str) -> Optional[Buffer]:
     """The live buffer over ``seg`` if this process maps it."""
     known = _by_seg.get(seg)
     return known.mm() if known is not None else None
-
-
-def _unregister(mapped: Mapped, holder: int) -> None:
-    # A finalizer: an interrupt raised in here would be printed and dropped, and would leave
-    # the segment mapped or held. It is held, and sent again once the cleanup is done.
-    with _posix.interrupts_held():
-        _forget(mapped, holder)
 
 
 def _forget(mapped: Mapped, holder: int) -> None:

@@ -62,6 +62,9 @@ def _open_new(size: int) -> Tuple[int, str, str]:
     if strategy == "file_descriptor":
         return os.memfd_create(f"nbmp-{seg}", os.MFD_CLOEXEC), seg, "-"
     path = os.path.join(where, f"nbmp-{seg}")
+    # Announced first: killed between creating the file and the janitor's "new", its maker
+    # would leave the file behind; announced, the janitor unlinks it when the maker goes.
+    _client.send(_client.tree_root(), f"plan {path}\n")
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), seg, path
 
 

@@ -27,7 +27,7 @@ import pickle
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .._backend import pickling as _pickling
+from .._backend import finalizers as _finalizers, pickling as _pickling
 from . import _segments, _strategies
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
     start = storage.data_ptr()
     _moved[start] = (mapped, buf)
     _moved_by_seg[mapped.seg] = weakref.ref(storage)
-    weakref.finalize(storage, _forget, start, mapped.seg).atexit = False
+    _finalizers.on_death(storage, _forget, start, mapped.seg)
     return t
 
 

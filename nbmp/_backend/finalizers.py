@@ -1,0 +1,91 @@
+"""Cleanup that runs when an object dies, and that an interrupt cannot skip.
+
+``weakref.finalize`` runs its callback inside the garbage collector's or the last
+reference's frame, where an exception cannot reach the user: Python prints a
+KeyboardInterrupt raised there and drops it. nbmp's callbacks hold SIGINT while they
+run (``posix.interrupts_held``), but a few Python steps run before they can: the
+interrupt button pressed at that moment was lost, and the cleanup (a segment's
+release) never ran.
+
+Here the weakref's callback is one small function, and an interrupt raised in its first
+steps reaches ``sys.unraisablehook``. nbmp's hook, installed with the first
+registration and passing everything else to the hook it found, then runs every
+cleanup whose object is dead (each runs once: its entry is popped first) and sends the
+interrupt to the main thread again, so the user still gets their KeyboardInterrupt.
+
+Like ``finalize(...).atexit = False``, nothing runs once the interpreter exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import threading
+import weakref
+from typing import Any, Callable, Dict, List, Tuple
+
+from . import posix as _posix
+
+__all__ = ["on_death"]
+
+_Entry = Tuple["weakref.ref[Any]", Callable[..., None], Tuple[Any, ...]]
+_entries: Dict[int, _Entry] = {}
+_exiting: List[bool] = [False]
+_hook_lock = threading.Lock()
+_previous_hook: List[Callable[[Any], Any]] = []
+
+
+def on_death(obj: Any, func: Callable[..., None], *args: Any) -> None:
+    """Call ``func(*args)`` once ``obj`` is garbage, with interrupts held while it runs.
+
+    Example::
+
+        on_death(buffer, release_segment, name)
+    """
+    if not _previous_hook:
+        _install_hook()
+    ref = weakref.ref(obj, _died)
+    _entries[id(ref)] = (ref, func, args)
+
+
+def _died(ref: "weakref.ref[Any]", _exiting: List[bool] = _exiting) -> None:
+    # Bound as a default: module globals may already be None while the interpreter exits.
+    if _exiting[0]:
+        return
+    with _posix.interrupts_held():
+        _run(id(ref))
+
+
+def _run(key: int) -> None:
+    entry = _entries.pop(key, None)  # atomic: a sweep in another thread cannot run it twice
+    if entry is not None:
+        entry[1](*entry[2])
+
+
+def _sweep() -> None:
+    """Run the cleanups of the objects that died without theirs (an interrupt skipped it)."""
+    for key, (ref, _, _) in list(_entries.items()):
+        if ref() is None:
+            _run(key)
+
+
+def _unraisable(unraisable: Any) -> None:
+    if unraisable.object is _died and issubclass(unraisable.exc_type, KeyboardInterrupt) \
+            and not _exiting[0]:
+        with _posix.interrupts_held():
+            _sweep()
+        _posix.resend_interrupt()
+        return
+    _previous_hook[0](unraisable)
+
+
+def _install_hook() -> None:
+    with _hook_lock:
+        if not _previous_hook:
+            _previous_hook.append(sys.unraisablehook)
+            sys.unraisablehook = _unraisable
+
+
+@atexit.register
+def _at_exit() -> None:
+    _exiting[0] = True
