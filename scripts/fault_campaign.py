@@ -39,7 +39,7 @@ import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
 
@@ -126,18 +126,27 @@ import psutil
 import nbmp
 from nbmp._sharing._ledger import live_segments
 
+def _cmdline(p):
+    try:
+        return " ".join(p.cmdline())
+    except psutil.Error:  # gone, or a zombie (whose command line cannot be read)
+        return ""
+
 def _helpers():
     return {p.pid for p in psutil.Process().children(recursive=True)
-            if "resource_tracker" in " ".join(p.cmdline()) or "forkserver" in " ".join(p.cmdline())}
+            if "resource_tracker" in _cmdline(p) or "forkserver" in _cmdline(p)}
 
 def _ours():
-    try:
-        kids = {p.pid for p in psutil.Process().children(recursive=True)
-                if p.status() != psutil.STATUS_ZOMBIE}
-        kids -= _helpers()
-    except psutil.Error:
-        return _ours()
-    return kids - {p.pid for p in warm._pool}
+    for _ in range(100):  # a child may go between listing and asking: ask again
+        try:
+            kids = {p.pid for p in psutil.Process().children(recursive=True)
+                    if p.status() != psutil.STATUS_ZOMBIE}
+            break
+        except psutil.Error:
+            time.sleep(0.01)
+    else:  # one last time, letting the error show
+        kids = {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    return kids - _helpers() - {p.pid for p in warm._pool}
 
 def _segments(baseline=None):
     gc.collect()
@@ -557,26 +566,37 @@ def _segments_of(pids: Any) -> Dict[str, int]:
 # --------------------------------------------------------------------------
 
 
-def campaign(trials: int, seed: int, kernel_share: float = 0.1) -> List[Trial]:
-    """About ``trials`` trials: interrupts of every scenario, %%nbmp cells, parent kills."""
+def campaign(trials: int, seed: int, kernel_share: float = 0.1,
+             only: Optional[Sequence[str]] = None) -> List[Trial]:
+    """About ``trials`` trials: interrupts of every scenario, %%nbmp cells, parent kills
+    (``only``: just these of the scenarios, "kernel" and "kill")."""
     import nbmp
+    chosen = list(only) if only else [*SCENARIOS, "kernel", "kill"]
+    scenarios = [s for s in SCENARIOS if s in chosen]
+    kernel_share = kernel_share if "kernel" in chosen else 0.0
+    kill_share = 0.3 if "kill" in chosen else 0.0
+    if not scenarios:
+        kill_share = 1.0 - kernel_share if "kill" in chosen else 0.0
+        kernel_share = 1.0 - kill_share
     kills = [(k, s, m) for k in ("pool", "spawn") for s in nbmp.get_all_sharing_strategies()
              for m in nbmp.get_all_start_methods()]
-    per = max(1, int(trials * (1 - kernel_share) * 0.7) // len(SCENARIOS))
+    per = max(1, int(trials * (1 - kernel_share) * (1 - kill_share)) // max(1, len(scenarios)))
     done: List[Trial] = []
-    for round_ in range(max(1, per // 25)):  # batches of 25 per child: a slow leak shows up in time
-        for scenario in SCENARIOS:
+    for round_ in range(max(1, per // 25) if scenarios else 0):  # batches of 25 per child: a slow leak shows up in time
+        for scenario in scenarios:
             done += _report(interrupt_trials(scenario, min(per, 25), seed + round_))
-    sys.path.insert(0, os.path.join(ROOT, "tests"))
-    from kernel import Kernel
-    kernel = Kernel()
-    try:
-        done += _report(kernel_trials(kernel, max(1, int(trials * kernel_share)), seed))
-    finally:
-        kernel.shutdown()
-    n_kills = max(len(kills), int(trials * (1 - kernel_share) * 0.3))
-    for i in range(n_kills):
-        done += _report([kill_trial(*kills[i % len(kills)], seed=seed + i)])
+    if kernel_share:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        from kernel import Kernel
+        kernel = Kernel()
+        try:
+            done += _report(kernel_trials(kernel, max(1, int(trials * kernel_share)), seed))
+        finally:
+            kernel.shutdown()
+    if kill_share:
+        n_kills = max(len(kills), int(trials * (1 - kernel_share) * kill_share))
+        for i in range(n_kills):
+            done += _report([kill_trial(*kills[i % len(kills)], seed=seed + i)])
     return done
 
 
@@ -593,9 +613,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=1000, help="about how many trials in all")
     parser.add_argument("--seed", type=int, default=1, help="the first seed (trials reproduce from it)")
+    parser.add_argument("--only", nargs="+", choices=[*SCENARIOS, "kernel", "kill"], metavar="KIND",
+                        help=f"run only these kinds of trial: {', '.join([*SCENARIOS, 'kernel', 'kill'])}")
     args = parser.parse_args()
     started = time.monotonic()
-    trials = campaign(args.trials, args.seed)
+    trials = campaign(args.trials, args.seed, only=args.only)
     print(f"\n{len(trials)} trials, seed {args.seed}, {time.monotonic() - started:.0f} s\n")
     print(table(trials))
     return 1 if any(t.problems for t in trials) else 0

@@ -32,7 +32,8 @@ def _check(trials, allow=()):
     assert trials, "no trial ran"
     for trial in trials:
         problems = [p for p in trial.problems if not p.startswith(tuple(allow))]
-        assert not problems, f"{trial}: {'; '.join(problems)}"
+        # the child's stderr (stack dumps of a hang) ends the message: CI's log shows where
+        assert not problems, f"{trial}: {'; '.join(problems)}\nits stderr:\n{trial.stderr[-8000:]}"
         if trial.error_s is not None:
             assert trial.error_s < ERROR_BOUND, f"{trial}: the KeyboardInterrupt came late"
 

@@ -23,6 +23,7 @@ import pickle
 import sys
 import threading
 from collections import ChainMap
+from types import FunctionType
 from multiprocessing import reduction
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
@@ -130,6 +131,9 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
             reduced = reducer(obj)
             if reduced is not NotImplemented:
                 return reduced
+        elif obj.__class__ is FunctionType and (obj.__module__ or "").startswith("nbmp.") \
+                and "<" not in obj.__qualname__:
+            return NotImplemented  # nbmp's module-level functions (every handle's rebuilder): by reference, at C speed
         return super().reducer_override(obj)
 
 
@@ -138,7 +142,9 @@ _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
     """Pickle ``obj`` with nbmp's pickler; see the module docstring."""
-    if type(obj) in _ATOMS:  # no reducer or by-value code applies: skip building a cloudpickle Pickler
+    cls = type(obj)
+    if cls in _ATOMS or (cls is tuple and len(obj) <= 8 and all(type(x) in _ATOMS for x in obj)):
+        # no reducer or by-value code applies: skip building a cloudpickle Pickler
         return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL if protocol is None else protocol)
     if _pending_frameworks:
         _install_pending_frameworks()
@@ -230,19 +236,24 @@ def note_single_use(release: Optional[Callable[[], None]] = None) -> None:
         collected.append(release)
 
 
-@contextlib.contextmanager
-def collecting_single_use() -> Iterator[List[Callable[[], None]]]:
+class collecting_single_use:
     """Collect the ``release`` callables of the single-use parts pickled in this thread
-    inside the block: call them if the bytes will never be loaded."""
-    previous = getattr(_state, "releases", None)
-    found: List[Callable[[], None]] = []
-    _state.releases = found
-    try:
-        yield found
-    finally:
-        _state.releases = previous
-        if previous is not None:  # an enclosing block collects them too
-            previous.extend(found)
+    inside the block: call them if the bytes will never be loaded.
+
+    A class, not a generator: it is on every ``Queue.put``'s path."""
+
+    __slots__ = ("previous", "found")
+
+    def __enter__(self) -> List[Callable[[], None]]:
+        self.previous: Optional[List[Callable[[], None]]] = getattr(_state, "releases", None)
+        self.found: List[Callable[[], None]] = []
+        _state.releases = self.found
+        return self.found
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.releases = self.previous
+        if self.previous is not None:  # an enclosing block collects them too
+            self.previous.extend(self.found)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import _thread
 import _signal  # type: ignore[import-not-found]  # the C module under signal.py: typeshed has no stub
 import signal
 import sys
@@ -134,6 +135,18 @@ def interrupts_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+class _Recorder:
+    """The SIGINT handler while an interrupt is held: it notes the frames it came in."""
+
+    __slots__ = ("frames",)
+
+    def __init__(self) -> None:
+        self.frames: list[Optional[FrameType]] = []
+
+    def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
+        self.frames.append(frame)
+
+
 class interrupts_deferred:
     """Hold back the main thread's SIGINT handler (KeyboardInterrupt) until the block ends.
 
@@ -150,10 +163,13 @@ class interrupts_deferred:
     def __enter__(self) -> None:
         self.frames: Optional[list[Optional[FrameType]]] = None
         # _signal, not signal: its Python wrapper converts enums, at some µs a call.
-        if threading.current_thread() is threading.main_thread() and _signal.getsignal(signal.SIGINT) is not None:
-            frames: list[Optional[FrameType]] = []
-            self.previous = _signal.signal(signal.SIGINT, lambda signum, frame: frames.append(frame))
-            self.frames = frames
+        current = _signal.getsignal(signal.SIGINT)
+        if current is None or current.__class__ is _Recorder:  # from C, or inside another hold: it delivers
+            return
+        if _thread.get_ident() == threading.main_thread().ident:
+            recorder = _Recorder()
+            self.previous = _signal.signal(signal.SIGINT, recorder)
+            self.frames = recorder.frames
 
     def __exit__(self, *exc: Any) -> None:
         if self.frames is None:

@@ -7,25 +7,29 @@ What differs from ``multiprocessing.queues``:
   the connections directly) gets cloudpickle for tasks and results for free.
 * ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib
   pickles in the feeder thread, where a failure is printed and the item lost);
-  the feeder sends the bytes. As with torch's and loky's queues, the object is
-  captured as it is at ``put``. ``get`` loads with plain pickle, but holds an
-  interrupt from the moment the bytes are read until the item is loaded: an item
-  carrying shared-memory tickets is then either still queued or loaded whole.
+  their feeder thread (``feeder.py``) sends the bytes as they are, and ``get``
+  loads them once. As with torch's and loky's queues, the object is captured as
+  it is at ``put``. ``get`` holds an interrupt from the moment the bytes are read
+  until the item is loaded, and ``put`` while it hands the bytes to the feeder: an
+  item carrying shared-memory tickets is either queued and loaded whole, or its
+  tickets are given back.
 
-Both pickle inside ``_PICKLING``, a :class:`~nbmp._forking.ForkLock`: the Queue
-feeder thread and a Pool's task-handler thread pickle in the background, and a
-child forked mid-pickle would inherit cloudpickle's internal locks held.
+Both pickle inside ``_PICKLING``, a :class:`~nbmp._forking.ForkLock`: a Pool's or an
+executor's background threads pickle while the main thread may fork, and a child
+forked mid-pickle would inherit cloudpickle's internal locks held.
 """
 
 from __future__ import annotations
 
+import math
+import select
 import time
-from multiprocessing import queues, reduction
+from multiprocessing import queues
 from queue import Empty, Full
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _forking
-from . import connection as _connection, pickling as _pickling, posix as _posix
+from . import connection as _connection, feeder as _feeder, pickling as _pickling, posix as _posix
 
 if TYPE_CHECKING:
     from multiprocessing import connection, synchronize
@@ -35,16 +39,13 @@ __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 _PICKLING = _forking.ForkLock("queue pickling")
 
 
-class _Pickled:
-    """A queued object already pickled by nbmp: the stdlib feeder sends the bytes as they are."""
+def _readable(fd: int, timeout: Optional[float]) -> bool:
+    """Whether ``fd`` has data (or EOF) within ``timeout`` seconds (None: wait); interruptible.
 
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __reduce__(self) -> Tuple[Any, ...]:
-        return _pickling.loads, (self.data,)  # loaded by _ByNbmp.get, which already holds interrupts
+    One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
 
 
 class _ByNbmp:
@@ -64,14 +65,14 @@ class _ByNbmp:
         locked = True
         try:
             wait = None if deadline is None else deadline - time.monotonic()
-            if not (self._poll(wait) if block else self._poll()):  # type: ignore[attr-defined]  # stdlib private
+            if not _readable(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]  # stdlib private
                 raise Empty
             with _posix.interrupts_deferred():
                 data = self._recv_bytes()  # type: ignore[attr-defined]  # stdlib private
                 self._sem.release()  # type: ignore[attr-defined]  # stdlib private
                 self._rlock.release()  # type: ignore[attr-defined]  # loaded outside the lock, as the stdlib does
                 locked = False
-                return reduction.ForkingPickler.loads(data)
+                return _pickling.loads(data)
         finally:
             if locked:
                 self._rlock.release()  # type: ignore[attr-defined]
@@ -101,12 +102,15 @@ class _ByNbmp:
                     release()
                 raise
             with _posix.interrupts_deferred():
-                self._enqueue(_Pickled(data))
+                self._enqueue(data)
 
-    def _enqueue(self, item: "_Pickled") -> None:
+    def _start_thread(self) -> None:
+        _feeder.start(self)  # a feeder that sends the bytes put made, not pickling them again
+
+    def _enqueue(self, item: bytes) -> None:
         with self._notempty:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
-                self._start_thread()  # type: ignore[attr-defined]
+                self._start_thread()
             self._buffer.append(item)  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
@@ -118,10 +122,10 @@ class Queue(_ByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[An
 class JoinableQueue(_ByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  # as Queue
     """``multiprocessing.JoinableQueue`` with cloudpickle."""
 
-    def _enqueue(self, item: "_Pickled") -> None:
+    def _enqueue(self, item: bytes) -> None:
         with self._notempty, self._cond:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
-                self._start_thread()  # type: ignore[attr-defined]
+                self._start_thread()
             self._buffer.append(item)  # type: ignore[attr-defined]
             self._unfinished_tasks.release()  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
