@@ -50,10 +50,11 @@ def _rates(setups: Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]], i
     return {name: len(items) / seconds for name, seconds in best.items()}
 
 
-def _pool(factory: Callable[[], object], chunksize: Optional[int]) -> Callable[[], Tuple[Runner, Callable[[], None]]]:
+def _pool(factory: Callable[[], object], chunksize: Optional[int],
+          func: Callable[[int], int] = tiny) -> Callable[[], Tuple[Runner, Callable[[], None]]]:
     def setup() -> Tuple[Runner, Callable[[], None]]:
         pool = factory()
-        return (lambda items: pool.map(tiny, items, chunksize)), pool.terminate  # type: ignore[attr-defined]
+        return (lambda items: pool.map(func, items, chunksize)), pool.terminate  # type: ignore[attr-defined]
     return setup
 
 
@@ -70,6 +71,8 @@ def cases(workers: int, chunk: Optional[int]) -> Dict[str, Callable[[], Tuple[Ru
     found: Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]] = {
         "multiprocessing.Pool": _pool(lambda: fork.Pool(workers), chunk),
         "nbmp.Pool": _pool(lambda: nbmp.get_context("fork").Pool(workers), chunk),
+        # a notebook's function: cloudpickle sends it by value (the stdlib Pool cannot send it at all)
+        "nbmp.Pool, lambda": _pool(lambda: nbmp.get_context("fork").Pool(workers), chunk, lambda x: x + 1),
         "concurrent.futures": _executor(lambda: concurrent.futures.ProcessPoolExecutor(workers, mp_context=fork),
                                         chunk or 1),
     }
