@@ -356,8 +356,12 @@ class Child:
             self.proc.stderr.close()
 
     def dump_stacks(self) -> None:
-        """SIGABRT the session: faulthandler prints every thread's stack on stderr."""
-        kill(self.members(), signal.SIGABRT)
+        """SIGABRT the session: faulthandler prints every thread's stack on stderr, the
+        child's own first (what it waits for), then its workers'."""
+        members = self.members()
+        kill([pid for pid in members if pid == self.proc.pid], signal.SIGABRT)
+        time.sleep(1)
+        kill([pid for pid in members if pid != self.proc.pid], signal.SIGABRT)
         time.sleep(1)
 
 

@@ -36,7 +36,14 @@ class Connection(connection.Connection):
         """Receive an object sent by the other end (waiting for one); loaded whole."""
         self._check_closed()
         self._check_readable()
-        return _pickling.loads_whole(self._recv_bytes().getbuffer())
+        view = self._recv_bytes().getbuffer()
+        try:
+            return _pickling.loads_whole(view)
+        finally:
+            # Let the buffer go now: if the load raised, the traceback's frames keep the view,
+            # and a garbage cycle through them made the BytesIO's finalizer fail to close it
+            # ("BufferError: Existing exports of data", printed as an ignored exception).
+            view.release()
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
