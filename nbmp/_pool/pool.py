@@ -139,8 +139,11 @@ class Pool(_stdpool.Pool):
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():
                 break
+        # Read, not loaded: the tasks are thrown away, and loading one would map its arrays and
+        # ask the janitor for each (seen hanging behind the task thread's own request under
+        # load); their tickets are given back by release_unread() once the workers are gone.
         while task_handler.is_alive() and inqueue._reader.poll():
-            inqueue._reader.recv()
+            inqueue._reader.recv_bytes()
             time.sleep(0)
 
     def terminate(self) -> None:
