@@ -570,36 +570,34 @@ def _segments_of(pids: Any) -> Dict[str, int]:
 # --------------------------------------------------------------------------
 
 
-def campaign(trials: int, seed: int, kernel_share: float = 0.1,
-             only: Optional[Sequence[str]] = None) -> List[Trial]:
+def campaign(trials: int, seed: int, only: Optional[Sequence[str]] = None) -> List[Trial]:
     """About ``trials`` trials: interrupts of every scenario, %%nbmp cells, parent kills
     (``only``: just these of the scenarios, "kernel" and "kill")."""
     import nbmp
-    chosen = list(only) if only else [*SCENARIOS, "kernel", "kill"]
+    chosen = set(only or [*SCENARIOS, "kernel", "kill"])
     scenarios = [s for s in SCENARIOS if s in chosen]
-    kernel_share = kernel_share if "kernel" in chosen else 0.0
-    kill_share = 0.3 if "kill" in chosen else 0.0
-    if not scenarios:
-        kill_share = 1.0 - kernel_share if "kill" in chosen else 0.0
-        kernel_share = 1.0 - kill_share
+    # A full campaign's shares: 63% interrupts of the scenarios, 10% %%nbmp cells, 27% parent
+    # kills; a kind not chosen gives its share to the others.
+    shares = {"interrupt": 0.63 if scenarios else 0.0, "kernel": 0.1 if "kernel" in chosen else 0.0,
+              "kill": 0.27 if "kill" in chosen else 0.0}
+    counts = {kind: trials * share / sum(shares.values()) for kind, share in shares.items()}
     kills = [(k, s, m) for k in ("pool", "spawn") for s in nbmp.get_all_sharing_strategies()
              for m in nbmp.get_all_start_methods()]
-    per = max(1, int(trials * (1 - kernel_share) * (1 - kill_share)) // max(1, len(scenarios)))
+    per = max(1, int(counts["interrupt"]) // max(1, len(scenarios)))
     done: List[Trial] = []
     for round_ in range(max(1, per // 25) if scenarios else 0):  # batches of 25 per child: a slow leak shows up in time
         for scenario in scenarios:
             done += _report(interrupt_trials(scenario, min(per, 25), seed + round_))
-    if kernel_share:
+    if counts["kernel"]:
         sys.path.insert(0, os.path.join(ROOT, "tests"))
         from kernel import Kernel
         kernel = Kernel()
         try:
-            done += _report(kernel_trials(kernel, max(1, int(trials * kernel_share)), seed))
+            done += _report(kernel_trials(kernel, max(1, int(counts["kernel"])), seed))
         finally:
             kernel.shutdown()
-    if kill_share:
-        n_kills = max(len(kills), int(trials * (1 - kernel_share) * kill_share))
-        for i in range(n_kills):
+    if counts["kill"]:
+        for i in range(max(len(kills), int(counts["kill"]))):
             done += _report([kill_trial(*kills[i % len(kills)], seed=seed + i)])
     return done
 

@@ -54,7 +54,7 @@ def _new_name() -> str:
 # --------------------------------------------------------------------------
 
 
-def _open_new(size: int) -> Tuple[int, str, str]:
+def _open_new(root: int, size: int) -> Tuple[int, str, str]:
     """A new, empty segment file: (fd, segment id, path or '-')."""
     strategy, where = _strategies.get_sharing_strategy(), _strategies.directory()
     _space.check_fits(size, strategy, where)
@@ -64,7 +64,7 @@ def _open_new(size: int) -> Tuple[int, str, str]:
     path = os.path.join(where, f"nbmp-{seg}")
     # Announced first: killed between creating the file and the janitor's "new", its maker
     # would leave the file behind; announced, the janitor unlinks it when the maker goes.
-    _client.send(_client.tree_root(), f"plan {path}\n")
+    _client.send(root, f"plan {path}\n")
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600), seg, path
 
 
@@ -92,7 +92,7 @@ def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None, zer
         if zero:
             ctypes.memset(entry.start, 0, entry.size)
         return mm
-    fd, seg, path = _open_new(size)
+    fd, seg, path = _open_new(root, size)
     try:
         _space.reserve(fd, size, path if path != "-" else "a memory file")
         mm = map_fd(fd, size)
@@ -151,7 +151,7 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
             entry = _pool.claim(root, size, ticket)
             if entry is not None:
                 return _refill(root, entry, ticket, fill_mapped)
-    fd, seg, path = _open_new(size)
+    fd, seg, path = _open_new(root, size)
     entry = None
     try:
         fill(fd, size)
