@@ -139,6 +139,32 @@ def test_worker_threads_from_the_environment(ctx, monkeypatch):
     assert [p["env"] for p in run_workers(ctx, report_threads, 1)] == [3]
 
 
+def report_native_threads(q, k):
+    from threadpoolctl import threadpool_info
+    with open("/proc/self/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    a = np.arange(40_000, dtype=float).reshape(200, 200) / 4e4
+    q.put((k, (threads, [i["num_threads"] for i in threadpool_info() if i["internal_api"] == "openblas"],
+               float((a @ a).sum()))))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
+def test_a_forked_worker_is_left_no_idle_blas_threads():
+    # Capping OpenBLAS in a forked worker restarts its thread pool (OpenBLAS stops it in the
+    # parent before each fork); the new threads would busy-wait ~0.1 s of CPU each, doing
+    # nothing. nbmp stops them again: the worker has one thread, the cap holds, BLAS works.
+    pytest.importorskip("threadpoolctl")
+    from threadpoolctl import threadpool_info
+    pools = [i for i in threadpool_info() if i["internal_api"] == "openblas" and i.get("threading_layer") == "pthreads"]
+    if not pools or pools[0]["num_threads"] < 2:
+        pytest.skip("needs numpy's OpenBLAS (pthreads) running 2 or more threads")
+    a = np.arange(40_000, dtype=float).reshape(200, 200) / 4e4
+    nbmp.set_worker_threads(1)
+    for threads, openblas, total in run_workers(nbmp.get_context("fork"), report_native_threads, 2):
+        assert openblas == [1] and threads == 1
+        assert total == pytest.approx(float((a @ a).sum()))
+
+
 def test_set_worker_threads_rejects_bad_values():
     # The rule for every argument check: a wrong type is a TypeError, a wrong value a ValueError.
     for bad, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)):

@@ -83,5 +83,29 @@ class NativePools(ForkHandler):
 
     def in_child(self, worker: Worker) -> None:
         controller = _controller if worker.forked and _controller is not None else _threadpool_controller()
-        if controller is not None:
-            controller.limit(limits={"blas": worker.threads, "openmp": openmp_threads(worker)})
+        if controller is None:
+            return
+        for lib in controller.lib_controllers:
+            limit = worker.threads if lib.user_api == "blas" else openmp_threads(worker)
+            if lib.num_threads == limit:
+                continue
+            lib.set_num_threads(limit)
+            if worker.forked:
+                _stop_openblas_threads(lib)
+
+
+def _stop_openblas_threads(lib: Any) -> None:
+    """Stop the threads that OpenBLAS's ``set_num_threads`` just started in a forked child.
+
+    OpenBLAS's own fork handler stops its thread pool in the parent before every fork, and
+    ``set_num_threads`` restarts the pool at once: in a fresh worker the new threads then
+    busy-wait for work for ~0.1 s of CPU each (measured: a 4-worker Pool on 2 cores spent
+    more on that than on everything else it did to start). Stopped again with OpenBLAS's
+    own fork handler (``blas_thread_shutdown_``), the pool starts lazily at the worker's
+    first multi-threaded BLAS call, with the limit just set.
+    """
+    if lib.internal_api != "openblas" or getattr(lib, "threading_layer", None) != "pthreads":
+        return
+    shutdown = getattr(lib.dynlib, "blas_thread_shutdown_", None)
+    if shutdown is not None:
+        shutdown()
