@@ -137,6 +137,33 @@ def test_an_interrupted_put_gives_back_the_tickets_it_had_pickled(monkeypatch, p
     del kept
 
 
+def test_an_interrupt_just_after_a_shared_array_is_given_a_reference_gives_it_back(monkeypatch, python_sigint):
+    # Found by the shm-transfer scenario (about 1 in 50): an interrupt after the janitor was told
+    # of the new reference a shared array's pickle carries ("tkt"), but before the put noted how to
+    # give it back, stranded it: the segment outlived the array until the root exited.
+    pytest.importorskip("numpy")
+    from nbmp._sharing import _client
+    before = live_segments()
+    kept = nbmp.zeros(1 << 16, dtype="uint8")
+    q = nbmp.Queue()
+    real = _client.send
+
+    def send(root, message, fds=()):
+        real(root, message, fds)
+        if message.startswith("tkt "):
+            monkeypatch.setattr(_client, "send", real)
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(_client, "send", send)
+    with pytest.raises(KeyboardInterrupt):
+        q.put(kept)
+    assert _client.send is real, "the put made no new reference"
+    del kept
+    assert live_segments() == before, "the interrupted put's reference still holds the segment"
+    q.close()
+    q.join_thread()
+
+
 def test_an_interrupt_while_a_put_wakes_the_feeder_still_sends_the_item(python_sigint):
     # Found by the shm-transfer scenario (about 1 in 60): an interrupt after the item was
     # appended to the feeder's buffer but before the feeder was woken left it there, unsent,
