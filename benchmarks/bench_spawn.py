@@ -1,5 +1,6 @@
 """Time from the call to all results for 4 trivial workers, in a parent that has
-imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers.
+imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers; and a Pool's
+start + first map + end (4 workers), nbmp's against the standard library's.
 
 Run: ``PYTHONPATH=. python benchmarks/bench_spawn.py [--repeat N] [--plot PNG]``; prints a
 Markdown table of medians and ratios to the raw fork floor (4 x os.fork + waitpid).
@@ -73,6 +74,12 @@ def pool(method: str) -> Callable[[], None]:
     return run
 
 
+def nbmp_pool() -> None:
+    """nbmp's Pool started and given its first map (a lambda, as a notebook would), then ended."""
+    with nbmp.Pool(NPROCS) as p:
+        assert p.map(lambda i: i, range(NPROCS)) == [0, 1, 2, 3]
+
+
 def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[float]:
     """Median seconds per row. The rows take turns, run after run, so that a change of
     load on a shared machine hits every row alike."""
@@ -98,6 +105,7 @@ def main() -> None:
         ("**nbmp.spawn, default (fork), output relayed**", nbmp_default),
         ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
         ("multiprocessing Pool, fork", pool("fork")),
+        ("nbmp.Pool (fork), lambda", nbmp_pool),
     ]
     if torch_mp is not None:
         fork_rows.append(("torch start_processes, fork", torch_start_processes_fork))
@@ -115,6 +123,11 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for name, seconds, n in results:
         print(f"| {name} | {seconds * 1e3:.1f} | {n} | {seconds / floor:.2f} |")
+    by_name = {name: seconds for name, seconds, _ in results}
+    print(f"\nnbmp.Pool start + first map: {by_name['nbmp.Pool (fork), lambda'] / by_name['multiprocessing Pool, fork']:.2f}"
+          f"× the multiprocessing Pool's (fork); nbmp.spawn: "
+          + (f"{by_name['**nbmp.spawn, default (fork), output relayed**'] / by_name['torch start_processes, fork']:.2f}"
+             f"× torch's start_processes (fork)" if 'torch start_processes, fork' in by_name else "no torch row"))
     if opts.plot:
         _plot.bars(opts.plot, [name for name, _, _ in results], {"median": [t * 1e3 for _, t, _ in results]},
                    title=f"{NPROCS} trivial workers, from the call to all results (parent imported numpy, torch)",

@@ -20,6 +20,8 @@ import time
 from types import FrameType
 from typing import Any, Iterator, Optional, cast
 
+_SIGINT = int(signal.SIGINT)
+
 __all__ = [
     "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
     "flush_c_stdio",
@@ -226,12 +228,14 @@ def ignore_interrupts() -> None:
     group; the parent stops the workers itself, so a worker must not die with a
     KeyboardInterrupt traceback of its own.
     """
+    # _signal, not signal: the wrapper's enum conversions touch pages a fresh fork shares
+    # with its parent (each first write a copy-on-write fault): 0.14 ms a worker, against 0.02.
     try:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        _signal.signal(_SIGINT, _signal.SIG_IGN)
     except ValueError:  # not the main thread: nothing to change
         return
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if hasattr(_signal, "pthread_sigmask"):
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (_SIGINT,))
 
 
 def allow_interrupts() -> None:
