@@ -135,6 +135,8 @@ class Pool(_stdpool.Pool):
         # it would make terminate() hang, so wait a bounded time and drain regardless.
         # An idle worker holds that lock while it waits for a task: with nothing queued there
         # is nothing to drain and no reason to wait for it (an interrupt must end at once).
+        if not inqueue._reader.poll():
+            return  # nothing queued to drain; an idle worker's hold ends with the worker (ms sooner)
         deadline = time.monotonic() + (0.1 if inqueue in BROKEN_QUEUES else 5.0)
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():

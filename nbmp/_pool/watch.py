@@ -212,8 +212,8 @@ class Watch:
                     self.workers.remove(w)
                 self._report(w, code)
                 reaped = True
-            if ready and not reaped:
-                threading.Event().wait(0.01)
+            if ready and not reaped:  # not reaped yet by the stdlib's thread: look again soon
+                wait([self._wake_r], timeout=0.01)  # or at once, if stop() is waiting for us
 
     def _report(self, w: _Worker, code: int) -> None:
         phase = w.slot.view[PHASE]
