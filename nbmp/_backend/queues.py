@@ -87,7 +87,7 @@ class _ByNbmp:
         queued the item whole or gave back the shared-memory tickets its pickle held."""
         if self._closed:  # type: ignore[attr-defined]  # stdlib private: the stdlib checks it first
             raise ValueError(f"Queue {self!r} is closed")
-        acquired = False
+        acquired = queued = False
         with _pickling.collecting_single_use() as handed_out:
             try:
                 with _PICKLING:  # a Pool's or an executor's background thread may put here
@@ -95,14 +95,16 @@ class _ByNbmp:
                 acquired = self._sem.acquire(block, timeout)  # type: ignore[attr-defined]  # stdlib private
                 if not acquired:
                     raise Full
-            except BaseException:  # queue.Full, or an interrupt: nobody will load this pickle
-                if acquired:
-                    self._sem.release()  # type: ignore[attr-defined]
-                for release in handed_out:  # its shared-memory tickets go back
-                    release()
+                with _posix.interrupts_deferred():  # a held interrupt is raised once the item is queued
+                    self._enqueue(data)
+                    queued = True
+            except BaseException:  # queue.Full, or an interrupt before the item was queued
+                if not queued:  # nobody will load this pickle
+                    if acquired:
+                        self._sem.release()  # type: ignore[attr-defined]
+                    for release in handed_out:  # its shared-memory tickets go back
+                        release()
                 raise
-            with _posix.interrupts_deferred():
-                self._enqueue(data)
 
     def _start_thread(self) -> None:
         _feeder.start(self)  # a feeder that sends the bytes put made, not pickling them again
@@ -154,10 +156,19 @@ class SimpleQueue(queues.SimpleQueue[Any]):
 
     def put(self, obj: Any) -> None:
         """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle)."""
-        with _PICKLING:  # a Pool's task-handler thread puts here
-            data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a SimpleQueue")
-        if self._wlock is None:
-            self._writer.send_bytes(data)
-        else:
-            with self._wlock:
-                self._writer.send_bytes(data)
+        sent = False
+        with _pickling.collecting_single_use() as handed_out:
+            try:
+                with _PICKLING:  # a Pool's task-handler thread puts here
+                    data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a SimpleQueue")
+                if self._wlock is None:
+                    self._writer.send_bytes(data)
+                else:
+                    with self._wlock:
+                        self._writer.send_bytes(data)
+                sent = True
+            except BaseException:  # an interrupt before the item was written: nobody will load it
+                if not sent:
+                    for release in handed_out:  # its shared-memory tickets go back
+                        release()
+                raise
