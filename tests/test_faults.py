@@ -198,6 +198,32 @@ def test_an_interrupt_just_before_a_put_hands_its_item_over_gives_everything_bac
     q.join_thread()
 
 
+def test_an_interrupt_the_moment_a_get_takes_the_queues_lock_leaves_it_free(python_sigint):
+    # An interrupt at the return of the get's lock acquire, before anything could note that the
+    # lock was taken, left it held: every later get of the Queue waited until its timeout.
+    import sys
+    q = nbmp.Queue()
+    q.put("item")
+    fired = []
+
+    def profile(frame, event, arg):
+        if event == "c_return" and not fired and frame.f_code.co_name == "get" \
+                and getattr(arg, "__name__", None) == "acquire":
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+
+    sys.setprofile(profile)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            q.get(timeout=10)
+    finally:
+        sys.setprofile(None)
+    assert fired
+    assert q.get(timeout=5) == "item"
+    q.close()
+    q.join_thread()
+
+
 def test_an_interrupted_simple_queue_put_gives_back_its_tickets(monkeypatch, python_sigint):
     pytest.importorskip("numpy")
     before = live_segments()

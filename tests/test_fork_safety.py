@@ -395,6 +395,44 @@ def test_nbmp_threads_are_at_a_safe_point_at_every_fork():
         thread.join(TIMEOUT)
 
 
+def test_an_interrupt_cannot_leave_a_fork_lock_held():
+    # Found by the fault campaign (shm-transfer, 1 trial in 300): an interrupt as a Queue.put's
+    # ``with`` took the queue-pickling ForkLock -- after the lock's acquire, before the block --
+    # left it held by the main thread, and a Pool's task thread then waited on it for good.
+    # The interrupt here comes at the return of any ``acquire`` a Python __enter__ makes.
+    import signal
+    import sys
+    lock = nbmp._forking.ForkLock("interrupted")
+    fired = []
+
+    def profile(frame, event, arg):
+        if event == "c_return" and not fired and getattr(arg, "__name__", None) == "acquire":
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.setprofile(profile)
+    try:
+        with lock:
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.setprofile(None)
+        signal.signal(signal.SIGINT, previous)
+    taken = []
+
+    def take():
+        taken.append(lock.acquire(timeout=2))
+        if taken[0]:
+            lock.release()
+
+    other = threading.Thread(target=take)
+    other.start()
+    other.join(TIMEOUT)
+    assert taken == [True], "the interrupted with-statement left the ForkLock held"
+
+
 @pytest.mark.filterwarnings("ignore:forking while user threads:nbmp.ForkSafetyWarning")
 def test_a_thread_stuck_in_its_fork_lock_is_reported_not_waited_for(monkeypatch):
     lock = nbmp._forking.ForkLock("stuck relay")

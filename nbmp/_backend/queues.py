@@ -60,22 +60,23 @@ class _ByNbmp:
         if self._closed:  # type: ignore[attr-defined]  # stdlib private, as in put
             raise ValueError(f"Queue {self!r} is closed")
         deadline = time.monotonic() + timeout if block and timeout is not None else None
-        if not self._rlock.acquire(block, timeout):  # type: ignore[attr-defined]  # stdlib private
-            raise Empty
-        locked = True
+        rlock = self._rlock  # type: ignore[attr-defined]  # stdlib private, as all below
         try:
+            if not rlock.acquire(block, timeout):
+                raise Empty
             wait = None if deadline is None else deadline - time.monotonic()
-            if not _readable(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]  # stdlib private
+            if not _readable(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]
                 raise Empty
             with _posix.interrupts_deferred():
-                data = self._recv_bytes()  # type: ignore[attr-defined]  # stdlib private
-                self._sem.release()  # type: ignore[attr-defined]  # stdlib private
-                self._rlock.release()  # type: ignore[attr-defined]  # loaded outside the lock, as the stdlib does
-                locked = False
+                data = self._recv_bytes()  # type: ignore[attr-defined]
+                self._sem.release()  # type: ignore[attr-defined]
+                rlock.release()  # loaded outside the lock, as the stdlib does
                 return _pickling.loads(data)
         finally:
-            if locked:
-                self._rlock.release()  # type: ignore[attr-defined]
+            # Asked of the lock, not of a flag: an interrupt can land the moment acquire returns,
+            # before any flag is set, and the lock would stay held for every later get.
+            if rlock._semlock._is_mine():
+                rlock.release()
 
     def put(self, obj: Any, block: bool = True, timeout: Optional[float] = None) -> None:
         """Put ``obj`` on the queue, pickled now, by nbmp's pickler (cloudpickle): an object that

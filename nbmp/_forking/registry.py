@@ -32,6 +32,7 @@ import dataclasses
 import functools
 import hashlib
 import itertools
+import _thread
 import os
 import sys
 import threading
@@ -134,24 +135,26 @@ def _derive_seed(base: Optional[int], index: int) -> int:
 # Quiescing nbmp's own threads
 
 
-class ForkLock:
+class ForkLock(_thread.RLock):  # type: ignore[misc]  # the C lock: typeshed marks it final
     """A re-entrant lock nbmp holds across each of its forks: a background thread that
     does its work inside ``with lock:`` is at a safe point whenever nbmp forks. The
-    parent gets it back after the fork; the child gets a fresh, unheld one."""
+    parent gets it back after the fork; the child gets it fresh and unheld.
+
+    The C ``RLock`` itself, not a Python wrapper around one: its ``__enter__`` runs no
+    Python code, so an interrupt cannot land between taking the lock and entering the
+    block (a wrapper's ``__enter__`` returning after its acquire was such a moment: the
+    lock stayed held by the main thread for good, and a Pool's task thread waited on it
+    forever, once in 300 interrupted Queue transfers).
+    """
 
     HOLD_TIMEOUT = 10.0  # a thread stuck inside its lock longer than this is reported, not waited for
 
+    def __new__(cls, name: str) -> "ForkLock":
+        return super().__new__(cls)
+
     def __init__(self, name: str) -> None:
         self.name = name
-        self._lock = threading.RLock()
         _fork_locks.add(self)
-
-    def __enter__(self) -> "ForkLock":
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
 
     def __repr__(self) -> str:
         return f"<ForkLock {self.name!r}>"
@@ -170,7 +173,7 @@ class _ForkLocks:
 
     def hold(self) -> None:
         for lock in list(self._locks.values()):
-            if lock._lock.acquire(timeout=lock.HOLD_TIMEOUT):
+            if lock.acquire(timeout=lock.HOLD_TIMEOUT):
                 self._held.append(lock)
             else:
                 warnings.warn(f"nbmp's {lock.name!r} thread did not reach a safe point in "
@@ -178,11 +181,11 @@ class _ForkLocks:
 
     def release(self) -> None:
         while self._held:
-            self._held.pop()._lock.release()
+            self._held.pop().release()
 
     def reset(self) -> None:
         for lock in list(self._locks.values()):
-            lock._lock = threading.RLock()
+            lock._at_fork_reinit()  # type: ignore[attr-defined]  # CPython's own after-fork reset (3.9+), not in typeshed: unheld, whoever held it in the parent
         self._held = []
 
 
