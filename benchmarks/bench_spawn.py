@@ -29,6 +29,9 @@ import _plot
 import nbmp
 
 NPROCS = 4
+# Rows named twice: in the table, and in the ratios issue 19 asks for under it.
+NBMP_SPAWN, TORCH_FORK = "**nbmp.spawn, default (fork), output relayed**", "torch start_processes, fork"
+STD_POOL, NBMP_POOL = "multiprocessing Pool, fork", "nbmp.Pool (fork), lambda"
 
 
 def trivial(i: int) -> int:
@@ -102,13 +105,13 @@ def main() -> None:
     opts = parser.parse_args()
     fork_rows: List[Tuple[str, Callable[[], None]]] = [
         ("raw floor: 4 x os.fork + waitpid", raw_fork_floor),
-        ("**nbmp.spawn, default (fork), output relayed**", nbmp_default),
+        (NBMP_SPAWN, nbmp_default),
         ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
-        ("multiprocessing Pool, fork", pool("fork")),
-        ("nbmp.Pool (fork), lambda", nbmp_pool),
+        (STD_POOL, pool("fork")),
+        (NBMP_POOL, nbmp_pool),
     ]
     if torch_mp is not None:
-        fork_rows.append(("torch start_processes, fork", torch_start_processes_fork))
+        fork_rows.append((TORCH_FORK, torch_start_processes_fork))
     spawn_rows = [("nbmp.spawn, start_method='spawn'", nbmp_spawn), ("multiprocessing Pool, spawn", pool("spawn"))]
     if torch_mp is not None:
         spawn_rows.append(("torch.multiprocessing.spawn", torch_spawn))
@@ -124,10 +127,10 @@ def main() -> None:
     for name, seconds, n in results:
         print(f"| {name} | {seconds * 1e3:.1f} | {n} | {seconds / floor:.2f} |")
     by_name = {name: seconds for name, seconds, _ in results}
-    print(f"\nnbmp.Pool start + first map: {by_name['nbmp.Pool (fork), lambda'] / by_name['multiprocessing Pool, fork']:.2f}"
-          f"× the multiprocessing Pool's (fork); nbmp.spawn: "
-          + (f"{by_name['**nbmp.spawn, default (fork), output relayed**'] / by_name['torch start_processes, fork']:.2f}"
-             f"× torch's start_processes (fork)" if 'torch start_processes, fork' in by_name else "no torch row"))
+    versus_torch = (f"{by_name[NBMP_SPAWN] / by_name[TORCH_FORK]:.2f}× torch's start_processes (fork)"
+                    if TORCH_FORK in by_name else "no torch row")
+    print(f"\nnbmp.Pool start + first map: {by_name[NBMP_POOL] / by_name[STD_POOL]:.2f}× the multiprocessing "
+          f"Pool's (fork); nbmp.spawn: {versus_torch}")
     if opts.plot:
         _plot.bars(opts.plot, [name for name, _, _ in results], {"median": [t * 1e3 for _, t, _ in results]},
                    title=f"{NPROCS} trivial workers, from the call to all results (parent imported numpy, torch)",

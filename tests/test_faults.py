@@ -229,11 +229,38 @@ def test_an_interrupted_simple_queue_put_gives_back_its_tickets(monkeypatch, pyt
     before = live_segments()
     kept = nbmp.zeros(1 << 16, dtype="uint8")
     q = nbmp.SimpleQueue()
-    _interrupt_once_inside(monkeypatch, q._writer, "send_bytes")  # pickled, not yet written
+    from nbmp._backend import queues
+    _interrupt_once_inside(monkeypatch, queues, "_ready")  # pickled, waiting for room, not yet written
     with pytest.raises(KeyboardInterrupt):
         q.put(kept)
     del kept
     assert live_segments() == before, "the interrupted put's reference still holds the segment"
+    q.close()
+
+
+def test_an_interrupt_just_after_a_simple_queue_put_wrote_its_item_keeps_it_loadable(monkeypatch, python_sigint):
+    # The other side of the put above: an interrupt the moment the bytes are written must not
+    # give back the tickets the reader will take (the item would arrive with its segment freed).
+    pytest.importorskip("numpy")
+    before = live_segments()
+    kept = nbmp.zeros(1 << 16, dtype="uint8")
+    kept[:] = 7
+    q = nbmp.SimpleQueue()
+    real = q._writer.send_bytes
+
+    def send_bytes(data):
+        real(data)
+        monkeypatch.setattr(q._writer, "send_bytes", real)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(q._writer, "send_bytes", send_bytes)
+    with pytest.raises(KeyboardInterrupt):
+        q.put(kept)
+    del kept  # the message's reference is now the segment's only one
+    got = q.get()
+    assert int(got.sum()) == 7 * (1 << 16)
+    del got
+    assert live_segments() == before
     q.close()
 
 

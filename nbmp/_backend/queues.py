@@ -21,6 +21,7 @@ forked mid-pickle would inherit cloudpickle's internal locks held.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import select
 import time
@@ -39,12 +40,13 @@ __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 _PICKLING = _forking.ForkLock("queue pickling")
 
 
-def _readable(fd: int, timeout: Optional[float]) -> bool:
-    """Whether ``fd`` has data (or EOF) within ``timeout`` seconds (None: wait); interruptible.
+def _ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> bool:
+    """Whether ``fd`` is ready for ``events`` (default: has data, or EOF) within ``timeout``
+    seconds (None: wait); interruptible.
 
     One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs."""
     poller = select.poll()
-    poller.register(fd, select.POLLIN)
+    poller.register(fd, events)
     return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
 
 
@@ -65,7 +67,7 @@ class _ByNbmp:
             if not rlock.acquire(block, timeout):
                 raise Empty
             wait = None if deadline is None else deadline - time.monotonic()
-            if not _readable(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]
+            if not _ready(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]
                 raise Empty
             with _posix.interrupts_deferred():
                 data = self._recv_bytes()  # type: ignore[attr-defined]
@@ -156,20 +158,27 @@ class SimpleQueue(queues.SimpleQueue[Any]):
         return _pickling.loads_whole(data)
 
     def put(self, obj: Any) -> None:
-        """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle)."""
-        sent = False
+        """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle).
+
+        An item carrying shared-memory tickets is either written whole or, interrupted
+        before that, gives its tickets back; waiting for room in the pipe stays interruptible."""
+        written = False
         with _pickling.collecting_single_use() as handed_out:
             try:
                 with _PICKLING:  # a Pool's task-handler thread puts here
                     data = _pickling.dumps_explained(obj, {"the object put": obj}, "put it on a SimpleQueue")
-                if self._wlock is None:
-                    self._writer.send_bytes(data)
-                else:
-                    with self._wlock:
+                with self._wlock or contextlib.nullcontext():
+                    if not handed_out:  # nothing to give back: written as the stdlib does
                         self._writer.send_bytes(data)
-                sent = True
+                        return
+                    _ready(self._writer.fileno(), None, select.POLLOUT)
+                    # Written with interrupts held (a held one is raised after): an interrupt
+                    # once the bytes are out must not give back tickets a reader will take.
+                    with _posix.interrupts_deferred():
+                        self._writer.send_bytes(data)
+                        written = True
             except BaseException:  # an interrupt before the item was written: nobody will load it
-                if not sent:
+                if not written:
                     for release in handed_out:  # its shared-memory tickets go back
                         release()
                 raise

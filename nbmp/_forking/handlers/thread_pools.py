@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 from ._base import ForkHandler, Worker
 
@@ -22,6 +22,7 @@ _gomp_seen = False
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
 _controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork
 _controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
+_pool_stoppers: Dict[str, Callable[[], Any]] = {}  # OpenBLAS (pthreads) path -> its fork handler, found with the controller
 
 
 def _threadpool_controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
@@ -80,6 +81,7 @@ class NativePools(ForkHandler):
         # imports, so a loop of forks scans once; a forked child inherits the result.
         if _controller_key != len(sys.modules):
             _controller, _controller_key = _threadpool_controller(), len(sys.modules)
+            _find_pool_stoppers(_controller)
 
     def in_child(self, worker: Worker) -> None:
         controller = _controller if worker.forked and _controller is not None else _threadpool_controller()
@@ -90,22 +92,25 @@ class NativePools(ForkHandler):
             if lib.num_threads == limit:
                 continue
             lib.set_num_threads(limit)
-            if worker.forked:
-                _stop_openblas_threads(lib)
+            stop = _pool_stoppers.get(lib.filepath) if worker.forked else None
+            if stop is not None:
+                stop()
 
 
-def _stop_openblas_threads(lib: Any) -> None:
-    """Stop the threads that OpenBLAS's ``set_num_threads`` just started in a forked child.
+def _find_pool_stoppers(controller: Any) -> None:
+    """In the parent, with its controller: each OpenBLAS's own fork handler, which a forked
+    child calls right after capping that OpenBLAS (no symbol lookup in every worker).
 
-    OpenBLAS's own fork handler stops its thread pool in the parent before every fork, and
+    OpenBLAS's fork handler stops its thread pool in the parent before every fork, and
     ``set_num_threads`` restarts the pool at once: in a fresh worker the new threads then
     busy-wait for work for ~0.1 s of CPU each (measured: a 4-worker Pool on 2 cores spent
-    more on that than on everything else it did to start). Stopped again with OpenBLAS's
-    own fork handler (``blas_thread_shutdown_``), the pool starts lazily at the worker's
-    first multi-threaded BLAS call, with the limit just set.
+    more on that than on everything else it did to start). Stopped again with
+    ``blas_thread_shutdown_``, the pool starts lazily at the worker's first multi-threaded
+    BLAS call, with the limit just set. Builds that hide the symbol (OpenBLAS 0.3.34) have none.
     """
-    if lib.internal_api != "openblas" or getattr(lib, "threading_layer", None) != "pthreads":
-        return
-    shutdown = getattr(lib.dynlib, "blas_thread_shutdown_", None)
-    if shutdown is not None:
-        shutdown()
+    _pool_stoppers.clear()
+    for lib in getattr(controller, "lib_controllers", ()):
+        if lib.internal_api == "openblas" and getattr(lib, "threading_layer", None) == "pthreads":
+            stop = getattr(lib.dynlib, "blas_thread_shutdown_", None)
+            if stop is not None:
+                _pool_stoppers[lib.filepath] = stop
