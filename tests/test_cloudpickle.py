@@ -92,3 +92,105 @@ def test_warm_pool_runs_the_latest_definition():
         pool.close(); pool.join()
     """)
     assert out.split() == ["[2]", "[100]"]
+
+
+# -- the pickler's own decisions (it decides by reference itself, and is kept per thread) --
+
+def test_what_cloudpickle_sends_by_value_still_goes_by_value(tmp_path):
+    # A registered module's function, a rebound module name and a method go by value:
+    # they load in a process that cannot import the module.
+    (tmp_path / "nbmp_byvalue_mod.py").write_text(
+        "def f(x): return x + 1\n"
+        "def g(x): return x * 2\n"
+        "class C:\n"
+        "    @staticmethod\n"
+        "    def h(x): return x - 1\n")
+    out = run_main(f"""
+        import pickle, subprocess, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        import cloudpickle, nbmp_byvalue_mod as mod
+        from nbmp._backend.pickling import dumps
+        old_g = mod.g
+        mod.g = lambda x: -x                        # the module's name now means another function
+        payloads = [dumps([{{"k": old_g}}])]
+        cloudpickle.register_pickle_by_value(mod)
+        payloads.append(dumps((mod.f, 1)))
+        cloudpickle.unregister_pickle_by_value(mod)
+        payloads.append(dumps(mod.f))                # by reference again: cannot load elsewhere
+        code = ("import pickle, sys; ps = [pickle.loads(p) for p in pickle.loads(sys.stdin.buffer.read())]; "
+                "print(ps[0][0]['k'](5), ps[1][0](5))")
+        print(subprocess.run([sys.executable, "-c", code], input=pickle.dumps(payloads[:2]),
+                             capture_output=True, check=True).stdout.decode().strip())
+        print(b"nbmp_byvalue_mod" in payloads[2] and len(payloads[2]) < 100)
+    """)
+    assert out.split("\n")[:2] == ["10 6", "True"]
+
+
+def test_a_kept_pickler_keeps_nothing_it_pickled():
+    import gc
+    import weakref
+    from nbmp._backend import pickling as _pickling
+
+    class Payload:  # a local class: by value, through cloudpickle's reducer
+        pass
+
+    made = []
+
+    class Makes:  # its reduction makes an object only the pickler's memo holds
+        def __reduce__(self):
+            part = Payload()
+            made.append(weakref.ref(part))
+            return list, ([part],)
+
+    class Refuses:
+        def __reduce__(self):
+            raise RuntimeError("refused")
+
+    sent = Payload()
+    watched = weakref.ref(sent)
+    assert type(_pickling.loads(_pickling.dumps([sent, Makes(), _offset(1)]))[0]).__name__ == "Payload"
+    with pytest.raises(RuntimeError, match="refused") as kept_error:  # as a notebook keeps the last error
+        _pickling.dumps([Makes(), Refuses()])
+    del sent
+    gc.collect()
+    assert [watched()] + [ref() for ref in made] == [None, None, None]
+    assert kept_error.traceback  # alive until here
+
+
+def test_a_reducer_may_pickle_while_the_pickler_runs():
+    from nbmp._backend import pickling as _pickling
+
+    class Nested:
+        def __reduce__(self):
+            return _pickling.loads, (_pickling.dumps({"inner": _offset(2)}),)
+
+    loaded = _pickling.loads(_pickling.dumps([Nested(), _offset(3), Nested()]))
+    assert [loaded[0]["inner"](1), loaded[1](1), loaded[2]["inner"](2)] == [3, 4, 4]
+
+
+def test_every_reducer_table_is_read_in_order():
+    import copyreg
+    from multiprocessing.reduction import ForkingPickler
+    from nbmp._backend import pickling as _pickling
+
+    class ByCopyreg:
+        pass
+
+    class ByStdlib:
+        pass
+
+    class ByBoth:
+        pass
+
+    copyreg.pickle(ByCopyreg, lambda obj: (str, ("copyreg",)))
+    copyreg.pickle(ByBoth, lambda obj: (str, ("copyreg",)))
+    ForkingPickler.register(ByStdlib, lambda obj: (str, ("stdlib",)))
+    ForkingPickler.register(ByBoth, lambda obj: (str, ("stdlib",)))
+    try:
+        assert _pickling.loads(_pickling.dumps([ByCopyreg(), ByStdlib(), ByBoth()])) == \
+            ["copyreg", "stdlib", "stdlib"]
+    finally:
+        for cls in (ByCopyreg, ByBoth):
+            copyreg.dispatch_table.pop(cls)
+        for cls in (ByStdlib, ByBoth):
+            ForkingPickler._extra_reducers.pop(cls)

@@ -34,6 +34,8 @@ _WIDTH = 24
 class TextBar:
     """A sink drawing ``TaskProgress`` events as a one-line bar on ``stream`` (stderr)."""
 
+    timeline = False  # draws no per-chunk timeline: the map makes no ``TaskRan`` events for it
+
     def __init__(self, stream: Optional[TextIO] = None, delay: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
