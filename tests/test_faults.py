@@ -126,7 +126,7 @@ def test_an_interrupted_put_gives_back_the_tickets_it_had_pickled(monkeypatch, p
     kept = nbmp.zeros(1 << 16, dtype="uint8")
     expected = live_segments()
     q = nbmp.Queue()
-    _interrupt_once_inside(monkeypatch, _numpy, "_rebuildable", call=3)  # the reducer, on the third array
+    _interrupt_once_inside(monkeypatch, _numpy, "data_address", call=3)  # the reducer, on the third array
     with pytest.raises(KeyboardInterrupt):
         q.put((kept, np.ones(1 << 20, dtype="uint8"), np.ones(1 << 20, dtype="uint8")))
     assert live_segments() == expected, "the interrupted put's segments are still held"

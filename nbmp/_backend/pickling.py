@@ -25,7 +25,7 @@ import sys
 import threading
 from types import FunctionType
 from multiprocessing import reduction
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
 import cloudpickle
 
@@ -100,7 +100,14 @@ def register_framework_reducers(module_name: str, install: Callable[[], None]) -
     _pending_frameworks[module_name] = install
 
 
+_modules_seen = 0  # len(sys.modules) at the last look: nothing new imported, nothing to install
+
+
 def _install_pending_frameworks() -> None:
+    global _modules_seen
+    if len(sys.modules) == _modules_seen:
+        return
+    _modules_seen = len(sys.modules)
     for name in [n for n in _pending_frameworks if n in sys.modules]:
         _pending_frameworks.pop(name)()
 
@@ -120,7 +127,14 @@ def _by_reference(obj: Any) -> bool:
             or "." in name or "<" in name:
         return False
     module = sys.modules.get(module_name)
-    return module is not None and getattr(module, name, None) is obj and not cloudpickle.list_registry_pickle_by_value()
+    if module is None or getattr(module, name, None) is not obj or cloudpickle.list_registry_pickle_by_value():
+        return False
+    if module_name.startswith("nbmp.") and (obj.__class__ is FunctionType or obj.__class__ is type):
+        _nbmp_own.add(obj)  # every handle's rebuilder: decided once
+    return True
+
+
+_nbmp_own: Set[Any] = set()  # nbmp's own functions and classes, sent by reference
 
 
 _extra_reducers: Dict[type, Reducer] = reduction.ForkingPickler._extra_reducers  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
@@ -149,7 +163,7 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
             if reduced is not NotImplemented:
                 return reduced
         if cls is FunctionType or isinstance(obj, type):
-            if _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
+            if (cls is FunctionType or cls is type) and obj in _nbmp_own or _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
                 return NotImplemented
             return super().reducer_override(obj)  # cloudpickle decides, and sends it by value
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \

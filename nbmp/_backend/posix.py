@@ -137,16 +137,14 @@ def interrupts_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
-class _Recorder:
-    """The SIGINT handler while an interrupt is held: it notes the frames it came in."""
+class _Recorder(list[Optional[FrameType]]):
+    """The SIGINT handler while an interrupt is held: the list of the frames it came in
+    (a list itself: made without a Python ``__init__``, on every hold's path)."""
 
-    __slots__ = ("frames",)
-
-    def __init__(self) -> None:
-        self.frames: list[Optional[FrameType]] = []
+    __slots__ = ()
 
     def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
-        self.frames.append(frame)
+        self.append(frame)
 
 
 class interrupts_deferred:
@@ -171,7 +169,7 @@ class interrupts_deferred:
         if _thread.get_ident() == threading.main_thread().ident:
             recorder = _Recorder()
             self.previous = _signal.signal(signal.SIGINT, recorder)
-            self.frames = recorder.frames
+            self.frames = recorder
 
     def __exit__(self, *exc: Any) -> None:
         if self.frames is None:

@@ -106,15 +106,28 @@ def _rebuildable(cls: type) -> bool:
         and cls.__reduce_ex__ is np.ndarray.__reduce_ex__ and cls.__reduce__ is np.ndarray.__reduce__)
 
 
-def _reduce_ndarray(arr: "np.ndarray") -> Any:
+_kinds: Dict[type, Any] = {}  # per ndarray class: None (np.ndarray), the class itself, or False (not rebuildable)
+
+
+def _kind(cls: type) -> Any:
     import numpy as np
+    if len(_kinds) >= 64:  # subclasses redefined cell after cell: keep none of them alive for long
+        _kinds.clear()
+    kind = _kinds[cls] = None if cls is np.ndarray else cls if _rebuildable(cls) else False
+    return kind
+
+
+def _reduce_ndarray(arr: "np.ndarray") -> Any:
     cls = type(arr)
-    if arr.dtype.hasobject or not _rebuildable(cls):
+    try:
+        kind = _kinds[cls]
+    except KeyError:
+        kind = _kind(cls)
+    if kind is False or arr.dtype.hasobject:
         return NotImplemented
     # Only plain tuples, numbers and strings besides the function: each other object (a
     # NamedTuple, a dtype, a class) costs the pickler a lookup of its own on the hot path.
     state = getattr(arr, "__dict__", None) or None
-    kind = None if cls is np.ndarray else cls
     dtype = arr.dtype.str if arr.dtype.isbuiltin == 1 else arr.dtype
     address = data_address(arr)
     mapped = _segments.find(address)
