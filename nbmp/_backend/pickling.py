@@ -129,12 +129,15 @@ def _by_reference(obj: Any) -> bool:
     module = sys.modules.get(module_name)
     if module is None or getattr(module, name, None) is not obj or cloudpickle.list_registry_pickle_by_value():
         return False
-    if module_name.startswith("nbmp.") and (obj.__class__ is FunctionType or obj.__class__ is type):
-        _nbmp_own.add(obj)  # every handle's rebuilder: decided once
+    if module_name.startswith(_STABLE) and (obj.__class__ is FunctionType or obj.__class__ is type):
+        _known.add(obj)  # every handle's rebuilder, a Pool's mapstar: decided once
     return True
 
 
-_nbmp_own: Set[Any] = set()  # nbmp's own functions and classes, sent by reference
+# Functions and classes of nbmp and of multiprocessing, found by reference once: nobody
+# registers those modules to go by value, nor rebinds their names.
+_STABLE = ("nbmp.", "multiprocessing.")
+_known: Set[Any] = set()
 
 
 _extra_reducers: Dict[type, Reducer] = reduction.ForkingPickler._extra_reducers  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
@@ -163,7 +166,7 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
             if reduced is not NotImplemented:
                 return reduced
         if cls is FunctionType or isinstance(obj, type):
-            if (cls is FunctionType or cls is type) and obj in _nbmp_own or _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
+            if (cls is FunctionType or cls is type) and obj in _known or _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
                 return NotImplemented
             return super().reducer_override(obj)  # cloudpickle decides, and sends it by value
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
