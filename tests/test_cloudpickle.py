@@ -94,7 +94,7 @@ def test_warm_pool_runs_the_latest_definition():
     assert out.split() == ["[2]", "[100]"]
 
 
-# -- the pickler's own decisions (it decides by reference itself, and is kept per thread) --
+# -- the pickler's own decisions (it decides by reference itself, reads the reducer tables itself) --
 
 def test_what_cloudpickle_sends_by_value_still_goes_by_value(tmp_path):
     # A registered module's function, a rebound module name and a method go by value:
@@ -126,7 +126,7 @@ def test_what_cloudpickle_sends_by_value_still_goes_by_value(tmp_path):
     assert out.split("\n")[:2] == ["10 6", "True"]
 
 
-def test_a_kept_pickler_keeps_nothing_it_pickled():
+def test_the_pickler_keeps_nothing_it_pickled():
     import gc
     import weakref
     from nbmp._backend import pickling as _pickling

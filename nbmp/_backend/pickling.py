@@ -193,7 +193,14 @@ def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
     mark = len(handed_out)
     _state.releases = handed_out
     try:
-        return _dump_kept(obj, cloudpickle.DEFAULT_PROTOCOL if protocol is None else protocol)
+        with io.BytesIO() as buf:
+            pickler = Pickler(buf, protocol)
+            try:
+                pickler.dump(obj)
+            except BaseException:
+                pickler.clear_memo()  # a kept traceback keeps the pickler: not what its reducers made
+                raise
+            return buf.getvalue()
     except BaseException:
         for release in handed_out[mark:]:
             release()
@@ -201,36 +208,6 @@ def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
         raise
     finally:
         _state.releases = outer
-
-
-_KEEP_BUFFER = 1 << 20  # a pickler whose buffer grew past this is let go with it
-
-
-def _dump_kept(obj: Any, protocol: int) -> bytes:
-    """``obj`` pickled by this thread's kept :class:`Pickler` (making one costs more than
-    pickling a small message: 0.8 of 1.5 µs); a ``dumps`` inside a reducer makes its own."""
-    buf: io.BytesIO
-    kept = getattr(_state, "pickler", None)
-    if kept is not None and kept[0] == protocol:
-        _, buf, pickler = kept
-    else:
-        buf = io.BytesIO()
-        pickler = Pickler(buf, protocol)
-    _state.pickler = None  # in use; after an error it is dropped, whatever state it is in
-    try:
-        pickler.dump(obj)
-    except BaseException:
-        pickler.clear_memo()  # the error's traceback keeps this frame: not what was pickled
-        raise
-    data = buf.getvalue()
-    if len(data) <= _KEEP_BUFFER:
-        buf.seek(0)
-        buf.truncate()
-        pickler.clear_memo()
-        if pickler.globals_ref:  # cloudpickle's per-pickle record of by-value functions' globals
-            pickler.globals_ref = {}
-        _state.pickler = (protocol, buf, pickler)
-    return data
 
 
 def loads_whole(data: Any) -> Any:
