@@ -117,11 +117,20 @@ def _install_pending_frameworks() -> None:
 # --------------------------------------------------------------------------
 
 
+# Functions and classes of nbmp and of multiprocessing, found by reference once: nobody
+# registers those modules to go by value, nor rebinds their names.
+_STABLE = ("nbmp.", "multiprocessing.")
+_known: Set[Any] = set()
+
+
 def _by_reference(obj: Any) -> bool:
     """Whether cloudpickle sends the function or class ``obj`` by reference: true for a
     top-level name of an imported module (not ``__main__``) while no module is registered
     to go by value. A subset of cloudpickle's own test, decided without it: what it leaves
     out (a method's qualified name, a registered module) is left to cloudpickle."""
+    plain = obj.__class__ is FunctionType or obj.__class__ is type  # hashed by identity
+    if plain and obj in _known:
+        return True
     module_name, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if module_name.__class__ is not str or name.__class__ is not str or module_name == "__main__" \
             or "." in name or "<" in name:
@@ -129,15 +138,9 @@ def _by_reference(obj: Any) -> bool:
     module = sys.modules.get(module_name)
     if module is None or getattr(module, name, None) is not obj or cloudpickle.list_registry_pickle_by_value():
         return False
-    if module_name.startswith(_STABLE) and (obj.__class__ is FunctionType or obj.__class__ is type):
+    if plain and module_name.startswith(_STABLE):
         _known.add(obj)  # every handle's rebuilder, a Pool's mapstar: decided once
     return True
-
-
-# Functions and classes of nbmp and of multiprocessing, found by reference once: nobody
-# registers those modules to go by value, nor rebinds their names.
-_STABLE = ("nbmp.", "multiprocessing.")
-_known: Set[Any] = set()
 
 
 _extra_reducers: Dict[type, Reducer] = reduction.ForkingPickler._extra_reducers  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
@@ -166,7 +169,7 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
             if reduced is not NotImplemented:
                 return reduced
         if cls is FunctionType or isinstance(obj, type):
-            if (cls is FunctionType or cls is type) and obj in _known or _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
+            if _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
                 return NotImplemented
             return super().reducer_override(obj)  # cloudpickle decides, and sends it by value
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
