@@ -148,11 +148,9 @@ def report_native_threads(q, k):
                float((a @ a).sum()))))
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
-def test_a_forked_worker_is_left_no_idle_blas_threads():
-    # Capping OpenBLAS in a forked worker restarts its thread pool (OpenBLAS stops it in the
-    # parent before each fork); the new threads would busy-wait ~0.1 s of CPU each, doing
-    # nothing. nbmp stops them again: the worker has one thread, the cap holds, BLAS works.
+def stoppable_openblas():
+    """numpy's OpenBLAS (pthreads, 2+ threads, its fork handler exported), as threadpoolctl
+    reports it; the test is skipped without one."""
     pytest.importorskip("threadpoolctl")
     from threadpoolctl import threadpool_info
     pools = [i for i in threadpool_info() if i["internal_api"] == "openblas" and i.get("threading_layer") == "pthreads"]
@@ -161,6 +159,15 @@ def test_a_forked_worker_is_left_no_idle_blas_threads():
     import ctypes
     if not hasattr(ctypes.CDLL(pools[0]["filepath"]), "blas_thread_shutdown_"):
         pytest.skip(f"this OpenBLAS ({pools[0]['version']}) hides its fork handler: its threads cannot be stopped")
+    return pools[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
+def test_a_forked_worker_is_left_no_idle_blas_threads():
+    # Capping OpenBLAS in a forked worker restarts its thread pool (OpenBLAS stops it in the
+    # parent before each fork); the new threads would busy-wait ~0.1 s of CPU each, doing
+    # nothing. nbmp stops them again: the worker has one thread, the cap holds, BLAS works.
+    stoppable_openblas()
     a = np.arange(40_000, dtype=float).reshape(200, 200) / 4e4
     nbmp.set_worker_threads(1)
     for threads, openblas, total in run_workers(nbmp.get_context("fork"), report_native_threads, 2):
@@ -297,6 +304,29 @@ def test_two_hundred_forks_while_a_thread_churns_locks_and_logging():
     assert out.strip() == "['ForkSafetyWarning'] 1"
 
 
+def _cpu_seconds():
+    usage = __import__("resource").getrusage(__import__("resource").RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
+def test_the_parent_gets_its_blas_threads_back_and_no_spinning_pool():
+    # nbmp lowers the parent's OpenBLAS count to the workers' budget across a round of forks
+    # (the children inherit it: none restarts a pool), then restores it and stops the pool
+    # that the restore started: its threads would busy-wait ~0.1 s of CPU each.
+    pool = stoppable_openblas()
+    from threadpoolctl import threadpool_info
+    before = pool["num_threads"]
+    nbmp.set_worker_threads(1)
+    found = nbmp.spawn(lambda i: [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"],
+                       nprocs=2, start_method="fork", output="inherit")
+    assert found == [[1], [1]]
+    assert [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"][:1] == [before]
+    start = _cpu_seconds()
+    time.sleep(0.3)
+    assert _cpu_seconds() - start < 0.05, "a BLAS pool is spinning in the parent"
+
+
 # -- handlers ---------------------------------------------------------------------------
 
 calls: list = []
@@ -322,6 +352,34 @@ def test_handlers_run_in_os_register_at_fork_order(ctx, start_method):
         assert in_child == ["before3", "before2", "before1", "child1", "child2", "child3"]
     else:  # no fork of this process: nothing to run (as with os.register_at_fork)
         assert calls == [] and in_child == []
+
+
+def _calls_then_nested(i):
+    seen = list(calls)
+    nbmp.spawn(_square, nprocs=2, start_method="fork", output="inherit")  # this worker's own round
+    return seen, list(calls)
+
+
+def _square(i):
+    return i * i
+
+
+def test_a_round_of_forks_runs_the_handlers_once():
+    # spawn and Pool fork their workers in one round: before once, after_in_parent once,
+    # and each child's after_in_child once; a worker's own forks run its handlers again.
+    calls.clear()
+    with nbmp.register_fork_handler(before=lambda: calls.append("before"),
+                                    after_in_parent=lambda: calls.append("parent"),
+                                    after_in_child=lambda: calls.append("child")):
+        found = nbmp.spawn(_calls_then_nested, nprocs=3, start_method="fork", output="inherit")
+        assert calls == ["before", "parent"]
+        calls.clear()
+        with nbmp.get_context("fork").Pool(3) as pool:
+            assert pool.map(_square, range(6)) == [0, 1, 4, 9, 16, 25]
+        assert calls == ["before", "parent"]
+    for seen, after_nested in found:
+        assert seen == ["before", "child"]
+        assert after_nested == ["before", "child", "before", "parent"]
 
 
 def test_plain_multiprocessing_does_not_run_nbmp_handlers():

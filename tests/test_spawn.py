@@ -342,6 +342,35 @@ def _wait_gone(pids):
     return [pid for pid in pids if not _gone(pid)]
 
 
+def _write_ends(i):
+    """The pipes this worker's stdout and stderr are relayed through, and every pipe or socket
+    this worker can write into, as ``pipe:[inode]``s."""
+    own = {os.readlink("/proc/self/fd/1"), os.readlink("/proc/self/fd/2")}
+    ends = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                flags = int(next(line for line in info if line.startswith("flags:")).split()[1], 8)
+        except OSError:  # the listing's own fd, gone already
+            continue
+        if target.startswith(("pipe:", "socket:")) and flags & os.O_ACCMODE != os.O_RDONLY:
+            ends.add(target)
+    return sorted(own), sorted(ends)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/fdinfo"), reason="reads /proc/self/fdinfo")
+def test_a_worker_holds_no_other_workers_pipe_ends(start_method):
+    # Every worker's pipes are made before the first fork: a worker that kept the later
+    # workers' write ends open would hide their exit (no end of file) until it ended itself.
+    found = nbmp.spawn(_write_ends, nprocs=3, start_method=start_method)
+    for i, (own, _) in enumerate(found):
+        assert len(own) == 2 and all(end.startswith("pipe:") for end in own), own
+        for j, (_, ends) in enumerate(found):
+            if j != i:
+                assert not set(own) & set(ends), f"worker {j} can write into worker {i}'s output pipes"
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal needs Linux prctl(2)")
 def test_nested_workers_die_with_their_parent(start_method):
     pids_r, pids_w = nbmp.Pipe(duplex=False)

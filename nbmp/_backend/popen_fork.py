@@ -12,27 +12,75 @@ the threads that are a real hazard (see docs/fork_safety.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import warnings
 from multiprocessing import popen_fork
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from .. import _forking
 
-__all__ = ["Popen", "PeakMemory", "peak_rss"]
+__all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round"]
+
+
+# 3.12+ warns in the parent after forking a multi-threaded process (os.fork's own check).
+_WARNS_ABOUT_THREADS = sys.version_info >= (3, 12)
 
 
 class _ChildEntry:
     """Stands for the process object inside the stdlib's ``_launch``: only the child calls it."""
 
-    def __init__(self, process_obj: Any, hidden: warnings.catch_warnings) -> None:
+    def __init__(self, process_obj: Any, hidden: Optional[warnings.catch_warnings]) -> None:
         self._process_obj, self._hidden = process_obj, hidden
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
-        self._hidden.__exit__(None, None, None)  # the child's warning filters are the parent's again
+        if self._hidden is not None:
+            self._hidden.__exit__(None, None, None)  # the child's warning filters are the parent's again
+        _round.open = _round.quiesced = False  # the parent's round, not this child's
         _forking.after_fork_in_child()
         return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
+
+
+class _Round(threading.local):
+    """This thread's open :func:`fork_round`: whether one is open, and whether its
+    ``before`` handlers have run (at its first fork)."""
+
+    open = False
+    quiesced = False
+
+
+_round = _Round()
+
+
+@contextlib.contextmanager
+def fork_round() -> Iterator[None]:
+    """Start several processes by fork with nbmp's fork handlers run once around them all.
+
+    Inside the block, the first fork of this thread runs the ``before`` handlers and
+    the others find everything still quiesced; ``after_in_parent`` runs once, on leaving.
+    Each fork after the first would otherwise re-run the handlers and re-fault, page by
+    page, all they touch (the previous child shares those pages). Keep the block to the
+    starts themselves: nbmp's threads and logging wait for it to end.
+
+    Example::
+
+        >>> with fork_round():
+        ...     for p in processes:
+        ...         p.start()
+    """
+    if _round.open:  # nested: the outer round runs the handlers
+        yield
+        return
+    _round.open = True
+    try:
+        yield
+    finally:
+        quiesced = _round.quiesced
+        _round.open = _round.quiesced = False
+        if quiesced:
+            _forking.after_fork_in_parent()
 
 
 class PeakMemory:
@@ -64,11 +112,18 @@ def peak_rss(process: Any) -> Optional[int]:
 
 class Popen(PeakMemory, popen_fork.Popen):
     def _launch(self, process_obj: Any) -> None:
-        _forking.before_fork()
+        in_round = _round.open
+        if not _round.quiesced:
+            _forking.before_fork(getattr(process_obj, "launch", None))
+            _round.quiesced = in_round
         try:
+            if not _WARNS_ABOUT_THREADS:
+                super()._launch(_ChildEntry(process_obj, None))  # type: ignore[misc]  # stdlib private: typeshed omits it. The child never returns from here
+                return
             hidden = warnings.catch_warnings()
             with hidden:
                 warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
-                super()._launch(_ChildEntry(process_obj, hidden))  # type: ignore[misc]  # stdlib private: typeshed omits it. The child never returns from here
+                super()._launch(_ChildEntry(process_obj, hidden))  # type: ignore[misc]  # as above
         finally:
-            _forking.after_fork_in_parent()
+            if not in_round:
+                _forking.after_fork_in_parent()

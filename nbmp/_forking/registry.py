@@ -14,6 +14,10 @@ The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbm
    built-in handler (fresh ForkLocks, RNGs reseeded, thread pools capped, CUDA reset),
    then -- only in a child nbmp forked itself -- each user ``after_in_child``.
 
+Points 1 and 2 run once for a round of forks (``popen_fork.fork_round``: the workers of a
+``spawn`` or a Pool), and the ``before`` handlers learn the thread budget of the round's
+first child (``NativePools`` lowers the parent's OpenBLAS to it, see there).
+
 Only nbmp's own forks run this: nothing is registered with ``os.register_at_fork``,
 so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp.
 
@@ -123,6 +127,13 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def thread_budget(launch: Launch) -> int:
+    """The BLAS/OpenMP/torch thread count of a child launched with ``launch``: the explicit
+    setting, else ``cores // nprocs`` (at least 1); 1 when the run's size is unknown."""
+    explicit, nprocs = launch.threads, launch.nprocs
+    return explicit or (max(1, _cores() // nprocs) if nprocs > 0 else 1)
 
 
 def _derive_seed(base: Optional[int], index: int) -> int:
@@ -238,7 +249,14 @@ class ForkHandle:
         self.remove()
 
 
-_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting)
+_coming_threads = 1  # the thread budget of the child about to be forked (before_fork sets it)
+
+
+def _coming_budget() -> int:
+    return _coming_threads
+
+
+_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting, _coming_budget)
 _user_handlers: List[ForkHandler] = []
 
 
@@ -248,8 +266,10 @@ def register_fork_handler(before: Callback = None, after_in_parent: Callback = N
     for nbmp's workers: ``before`` in the parent just before the fork (in reverse
     registration order), ``after_in_parent`` after it and ``after_in_child`` in the
     forked worker before its target runs (both in registration order, after nbmp's own
-    resets). Exceptions are reported and ignored, as ``os.register_at_fork`` does.
-    Returns a handle whose ``remove()`` unregisters them.
+    resets). Workers started together (``spawn``, a Pool) are one round of forks:
+    ``before`` runs before its first fork, ``after_in_parent`` after its last. Exceptions
+    are reported and ignored, as ``os.register_at_fork`` does. Returns a handle whose
+    ``remove()`` unregisters them.
 
     Example::
 
@@ -317,8 +337,11 @@ def _caller_level() -> int:
     return level
 
 
-def before_fork() -> None:
-    """In the parent, just before ``os.fork()``: warn once per hazard; run ``before`` handlers."""
+def before_fork(launch: Optional[Launch] = None) -> None:
+    """In the parent, just before ``os.fork()`` of a child stamped with ``launch``: warn once
+    per hazard; run ``before`` handlers."""
+    global _coming_threads
+    _coming_threads = 1 if launch is None else thread_budget(launch)
     new = [message for message in hazards() if message not in _warned]
     for message in new:
         _warned.add(message)
@@ -351,8 +374,7 @@ def child_started(launch: Launch) -> Worker:
     run's size is unknown: one thread."""
     global _forked_by_nbmp, _base_seed, _started
     index, nprocs, base, explicit = launch.index or 0, launch.nprocs, launch.base_seed, launch.threads
-    threads = explicit or (max(1, _cores() // nprocs) if nprocs > 0 else 1)
-    worker = Worker(index=index, nprocs=nprocs, seed=_derive_seed(base, index), threads=threads,
+    worker = Worker(index=index, nprocs=nprocs, seed=_derive_seed(base, index), threads=thread_budget(launch),
                     explicit_threads=explicit is not None, forked=_forked_by_nbmp)
     _forked_by_nbmp = False
     # This worker's own children derive their seeds from its seed, and count from 0.

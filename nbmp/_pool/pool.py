@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional
 
 from . import progress as _progress
 from .._backend import default_context, posix as _posix, register_factory
+from .._backend.popen_fork import fork_round
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
@@ -123,6 +124,13 @@ class Pool(_stdpool.Pool):
         """The worker factory the stdlib calls: the Watch's, which holds no reference to the Pool
         (the stdlib's worker thread keeps it, and a Pool nobody holds must still be collected)."""
         return self._watch.make_worker
+
+    @staticmethod
+    def _repopulate_pool_static(*args: Any) -> None:
+        # The workers started together share one fork round (nbmp._backend.popen_fork.fork_round):
+        # the fork handlers run once for them all.
+        with fork_round():
+            _stdpool.Pool._repopulate_pool_static(*args)  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
 
     def _setup_queues(self) -> None:
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it

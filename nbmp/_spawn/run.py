@@ -17,10 +17,12 @@ What differs from ``torch.multiprocessing.spawn``:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
+from .._backend.popen_fork import fork_round
 from .._forking import Launch
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
@@ -271,26 +273,55 @@ def _name_of(fn: Callable[..., Any]) -> str:
 
 def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
                run_id: int, events: Broadcast, grace_period: float, board: Any) -> ProcessContext:
-    """Start the workers and the thread that supervises them; on failure, undo it all."""
+    """Start the workers and the thread that supervises them; on failure, undo it all.
+
+    Every worker's pipes and process object are made first, then the workers are started
+    in one fork round (nbmp's fork handlers run once for them all, and the parent writes
+    as little as it can between forks: each page it writes there is copied once per child
+    already forked)."""
     workers: List[Worker] = []
+    unstarted: List[_Unstarted] = []
     try:
         _prepare_parent()
-        with _posix.interrupts_blocked():  # see interrupts_blocked: for the children's sake
-            for i in range(nprocs):
-                workers.append(_start_one(ctx, fn, args, i, nprocs, daemon, output, ctx.get_start_method()))
-                events.handle(WorkerStarted(run_id, i, int(workers[-1].process.pid)))  # type: ignore[arg-type]  # started: pid is set
+        method = ctx.get_start_method()
+        unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
+        if method == "fork":  # a worker must not keep the later workers' write ends open
+            for k, one in enumerate(unstarted):
+                one.job.inherited = tuple(end.fileno() for later in unstarted[k + 1:] for end in later.ends)
+        with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
+            while unstarted:
+                one = unstarted[0]
+                try:
+                    one.worker.process.start()
+                finally:
+                    for end in one.ends:
+                        end.close()  # the child has its copies; ours would hide its exit
+                workers.append(unstarted.pop(0).worker)
+        for worker in workers:
+            events.handle(WorkerStarted(run_id, worker.index, int(worker.process.pid)))  # type: ignore[arg-type]  # started: pid is set
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
         supervisor = Supervisor(run_id, workers, events, flush, grace_period)
         supervisor.start()
     except BaseException:
-        _abandon(workers)
+        _abandon(workers, unstarted)
         board.close()
         raise
     return ProcessContext([w.process for w in workers], supervisor)
 
 
-def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
-               output: str, method: str) -> Worker:
+@dataclass
+class _Unstarted:
+    """A worker made but not started: its record, its job, and the child's ends of its pipes
+    (the parent closes its copies once the child has them)."""
+
+    worker: Worker
+    job: Job
+    ends: List[connection.Connection]
+
+
+def _make_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
+              output: str, method: str) -> _Unstarted:
+    """Worker ``i``'s pipes and process object, not started."""
     result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
     pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
     # Write ends as connections: they cross to spawn/forkserver children as fds.
@@ -298,18 +329,8 @@ def _start_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, 
     job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process.launch = Launch(index=i, nprocs=nprocs, worker=True)  # ignores SIGINT from its start, dies with us
-    try:
-        process.start()
-    except BaseException:
-        result_r.close()
-        for r, _ in pipes:
-            os.close(r)
-        raise
-    finally:
-        for end in [result_w, *ends]:
-            if end is not None:
-                end.close()  # the child has its copies; ours would hide its exit
-    return Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
+    worker = Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
+    return _Unstarted(worker, job, [end for end in [result_w, *ends] if end is not None])
 
 
 _prepared = False
@@ -325,11 +346,15 @@ def _prepare_parent() -> None:
         _prepared = True
 
 
-def _abandon(workers: List[Worker]) -> None:
+def _abandon(workers: List[Worker], unstarted: List[_Unstarted]) -> None:
     """Interrupted while starting: stop what started, close what was opened."""
     for worker in workers:
         worker.process.kill()
         worker.process.join()
+    for one in unstarted:
+        for end in one.ends:
+            end.close()
+    for worker in workers + [one.worker for one in unstarted]:
         worker.result_pipe.close()
         for fd in worker.output_pipes:
             os.close(fd)

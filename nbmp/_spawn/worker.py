@@ -12,6 +12,7 @@ nothing was killed or called ``sys.exit``; its exit code tells the rest.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -37,12 +38,15 @@ class Job:
     stderr: Optional[Connection]
     parent_pid: int
     direct_child: bool  # False under forkserver, whose children are the server's
+    inherited: Tuple[int, ...] = ()  # fork: the later workers' pipe ends, made before this fork; closed first
 
 
 def run(job: Job) -> None:
     """The worker's target: set up, run ``fn``, report, and leave."""
     # SIGINT ignored and the parent-death signal set: done in the process's bootstrap (a
     # flagged nbmp worker, see _process._NbmpProcess), before anything else runs.
+    for fd in job.inherited:
+        os.close(fd)
     if job.stdout is not None and job.stderr is not None:
         redirect_std_fds(job.stdout.fileno(), job.stderr.fileno())
         job.stdout.close()

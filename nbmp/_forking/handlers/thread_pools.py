@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from ._base import ForkHandler, Worker
 
@@ -23,6 +23,9 @@ _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the ch
 _controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork
 _controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
 _pool_stoppers: Dict[str, Callable[[], Any]] = {}  # OpenBLAS (pthreads) path -> its fork handler, found with the controller
+# OpenBLAS path -> (its count before the fork, the count its children inherit): lowered in the
+# parent across its forks, so that a child has nothing to change (see NativePools.before).
+_lowered: Dict[str, Tuple[int, int]] = {}
 
 
 def _threadpool_controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
@@ -63,8 +66,9 @@ class NativePools(ForkHandler):
 
     modules = ("numpy", "scipy", "torch")
 
-    def __init__(self, threads_setting: Callable[[], Optional[int]]) -> None:
+    def __init__(self, threads_setting: Callable[[], Optional[int]], coming_threads: Callable[[], int]) -> None:
         self.threads_setting = threads_setting  # the registry's explicit thread budget, or None
+        self.coming_threads = coming_threads  # the budget of the child about to be forked
 
     def hazard(self) -> Optional[str]:
         threads = self.threads_setting()
@@ -82,14 +86,37 @@ class NativePools(ForkHandler):
         if _controller_key != len(sys.modules):
             _controller, _controller_key = _threadpool_controller(), len(sys.modules)
             _find_pool_stoppers(_controller)
+        self._lower_openblas(self.coming_threads())
+
+    def after_in_parent(self) -> None:
+        for lib in getattr(_controller, "lib_controllers", ()):
+            if lib.filepath in _lowered:
+                lib.set_num_threads(_lowered.pop(lib.filepath)[0])  # restarts its pool here...
+                _pool_stoppers[lib.filepath]()  # ...stopped again: it starts at the next BLAS call, as after any fork
+
+    @staticmethod
+    def _lower_openblas(limit: int) -> None:
+        # A child that lowers its OpenBLAS's count restarts the pool that OpenBLAS's own fork
+        # handler stopped (a thread made and stopped again: ~0.3 ms a worker). Lowered in the
+        # parent instead, once for a whole round of forks, the children inherit the count and
+        # a stopped pool. Only where the pool can be stopped again after the restore.
+        for lib in getattr(_controller, "lib_controllers", ()):
+            if lib.filepath in _pool_stoppers and lib.filepath not in _lowered:
+                count = lib.num_threads
+                if count > limit:
+                    lib.set_num_threads(limit)  # going down starts no thread
+                    _lowered[lib.filepath] = (count, limit)
 
     def in_child(self, worker: Worker) -> None:
         controller = _controller if worker.forked and _controller is not None else _threadpool_controller()
         if controller is None:
             return
+        lowered = dict(_lowered) if worker.forked else {}
+        _lowered.clear()  # the parent's record: this process restores nothing
         for lib in controller.lib_controllers:
             limit = worker.threads if lib.user_api == "blas" else openmp_threads(worker)
-            if lib.num_threads == limit:
+            inherited = lowered.get(lib.filepath)
+            if (inherited[1] if inherited is not None else lib.num_threads) == limit:
                 continue
             lib.set_num_threads(limit)
             stop = _pool_stoppers.get(lib.filepath) if worker.forked else None
