@@ -215,6 +215,28 @@ def test_torch_generator_and_threads_in_workers(start_method):
     assert out == f"True True [{auto}, {auto}] [2, 2]"
 
 
+TORCH_POOLS_GIVEN_BACK = """
+import nbmp, numpy, torch
+from threadpoolctl import threadpool_info
+torch.set_num_threads(2)
+(torch.randn(300, 300) @ torch.randn(300, 300)).sum()  # OpenMP (libgomp) has run a team
+def sizes():
+    return {p["filepath"]: p["num_threads"] for p in threadpool_info()}
+before = sizes()
+found = nbmp.spawn(lambda i: (sorted(sizes().values()), torch.get_num_threads()), nprocs=2, output="inherit")
+print(sorted(before.values()), found, sizes() == before, torch.get_num_threads())
+"""
+
+
+@needs_torch
+def test_the_parent_gets_its_openmp_and_torch_thread_counts_back():
+    # The parent's OpenMP setting is lowered to the workers' limit across the round of forks
+    # (the workers inherit it) and given back after it.
+    pytest.importorskip("threadpoolctl")
+    out = run_main(TORCH_POOLS_GIVEN_BACK, timeout=100).strip()
+    assert out == "[2, 2] [([1, 1], 1), ([1, 1], 1)] True 2", out
+
+
 # -- the torch case: fork after compute ---------------------------------------------
 
 TORCH_AFTER_COMPUTE = """
@@ -310,18 +332,19 @@ def _cpu_seconds():
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="counts threads in /proc")
-def test_the_parent_gets_its_blas_threads_back_and_no_spinning_pool():
+def test_the_parent_gets_its_pool_sizes_back_and_no_spinning_blas_pool():
     # nbmp lowers the parent's OpenBLAS count to the workers' budget across a round of forks
     # (the children inherit it: none restarts a pool), then restores it and stops the pool
     # that the restore started: its threads would busy-wait ~0.1 s of CPU each.
     pool = stoppable_openblas()
     from threadpoolctl import threadpool_info
-    before = pool["num_threads"]
+    before = {p["filepath"]: p["num_threads"] for p in threadpool_info()}  # OpenMP's too, lowered as well
+    assert pool["num_threads"] > 1
     nbmp.set_worker_threads(1)
-    found = nbmp.spawn(lambda i: [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"],
-                       nprocs=2, start_method="fork", output="inherit")
-    assert found == [[1], [1]]
-    assert [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"][:1] == [before]
+    found = nbmp.spawn(lambda i: [p["num_threads"] for p in threadpool_info()], nprocs=2, start_method="fork",
+                       output="inherit")
+    assert found == [[1] * len(before)] * 2
+    assert {p["filepath"]: p["num_threads"] for p in threadpool_info()} == before
     start = _cpu_seconds()
     time.sleep(0.3)
     assert _cpu_seconds() - start < 0.05, "a BLAS pool is spinning in the parent"

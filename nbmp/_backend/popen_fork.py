@@ -17,7 +17,7 @@ import os
 import sys
 import threading
 import warnings
-from multiprocessing import popen_fork
+from multiprocessing import popen_fork, util
 from typing import Any, Iterator, Optional
 
 from .. import _forking
@@ -111,6 +111,15 @@ def peak_rss(process: Any) -> Optional[int]:
 
 
 class Popen(PeakMemory, popen_fork.Popen):
+    def __init__(self, process_obj: Any) -> None:
+        # As the standard Popen's, but a round flushes sys.stdout and sys.stderr once, before
+        # its first fork (in a kernel each flush waits for ipykernel's IOPub thread).
+        if not _round.quiesced:
+            util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+        self.returncode = None
+        self.finalizer = None
+        self._launch(process_obj)
+
     def _launch(self, process_obj: Any) -> None:
         in_round = _round.open
         if not _round.quiesced:

@@ -47,11 +47,21 @@ def _load_libc() -> Optional[Any]:
     return _libc or None
 
 
+_prepared = False
+
+
 def prepare() -> None:
-    """In the parent, before forking: load libc once, so that forked children
-    inherit it instead of each loading it again."""
-    if sys.platform.startswith("linux"):
-        _load_libc()
+    """In the parent, before forking workers: load libc and look up the functions every
+    worker calls (``prctl``, ``fflush``) once, so that forked children inherit them
+    instead of each loading libc and making the function objects again."""
+    global _prepared
+    if _prepared or not sys.platform.startswith("linux"):
+        return
+    _prepared = True
+    libc = _load_libc()
+    if libc is not None:
+        for name in ("prctl", "fflush"):  # ctypes keeps a function made at its first lookup
+            getattr(libc, name, None)
 
 
 def die_with_parent(parent_pid: int, direct: bool) -> None:

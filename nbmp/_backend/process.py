@@ -81,6 +81,7 @@ class _NbmpProcess(process.BaseProcess):
         if not self.launch.worker:
             super().start()
             return
+        _posix.prepare()
         # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
         # an interrupt of the whole process group meanwhile stays pending, then is dropped.
         with _posix.interrupts_blocked():

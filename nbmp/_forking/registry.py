@@ -298,6 +298,19 @@ def _applying() -> List[ForkHandler]:
     return [h for h in _builtins + _user_handlers if h.applies()]
 
 
+def _split() -> Tuple[int, List[ForkHandler], List[ForkHandler]]:
+    """``(len(sys.modules), the handlers that apply now, those waiting for their framework)``."""
+    handlers = _builtins + _user_handlers
+    applying = [h for h in handlers if h.applies()]
+    return len(sys.modules), applying, [h for h in handlers if not any(h is a for a in applying)]
+
+
+# The split made by the last before_fork: after_fork_in_parent runs the same handlers, and a
+# forked child reuses it while its modules are the parent's (each applies() it skips is a few
+# copy-on-write faults in every worker).
+_plan: Tuple[int, List[ForkHandler], List[ForkHandler]] = (-1, [], [])
+
+
 def _run(handler: ForkHandler, point: str, *args: Any) -> None:
     try:
         getattr(handler, point)(*args)
@@ -313,10 +326,10 @@ _warned: set[str] = set()
 _forked_by_nbmp = False
 
 
-def hazards() -> List[str]:
+def hazards(applying: Optional[List[ForkHandler]] = None) -> List[str]:
     """What makes forking this process hazardous now, one sentence with its fix each."""
     found = []
-    for handler in _applying():
+    for handler in _applying() if applying is None else applying:
         try:
             message = handler.hazard()
         except Exception:
@@ -340,9 +353,10 @@ def _caller_level() -> int:
 def before_fork(launch: Optional[Launch] = None) -> None:
     """In the parent, just before ``os.fork()`` of a child stamped with ``launch``: warn once
     per hazard; run ``before`` handlers."""
-    global _coming_threads
+    global _coming_threads, _plan
     _coming_threads = 1 if launch is None else thread_budget(launch)
-    new = [message for message in hazards() if message not in _warned]
+    _plan = _split()
+    new = [message for message in hazards(_plan[1]) if message not in _warned]
     for message in new:
         _warned.add(message)
         warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())
@@ -352,12 +366,12 @@ def before_fork(launch: Optional[Launch] = None) -> None:
                 stream.flush()
             except Exception:
                 pass
-    for handler in reversed(_applying()):
+    for handler in reversed(_plan[1]):
         _run(handler, "before")
 
 
 def after_fork_in_parent() -> None:
-    for handler in _applying():
+    for handler in _plan[1]:
         _run(handler, "after_in_parent")
 
 
@@ -380,12 +394,12 @@ def child_started(launch: Launch) -> Worker:
     # This worker's own children derive their seeds from its seed, and count from 0.
     _base_seed, _started = (None if base is None else worker.seed), itertools.count()
     _on_import.forget()
-    for handler in _builtins + _user_handlers:
-        if handler.applies():
-            _run(handler, "in_child", worker)
-        else:  # a framework the worker imports later is reset the moment it appears
-            for name in handler.modules:
-                _on_import.when_imported(name, functools.partial(_run, handler, "in_child", worker))
+    _, applying, waiting = _plan if worker.forked and _plan[0] == len(sys.modules) else _split()
+    for handler in applying:
+        _run(handler, "in_child", worker)
+    for handler in waiting:  # a framework the worker imports later is reset the moment it appears
+        for name in handler.modules:
+            _on_import.when_imported(name, functools.partial(_run, handler, "in_child", worker))
     return worker
 
 

@@ -341,7 +341,6 @@ def _prepare_parent() -> None:
     # exit): the first pickling initialises cloudpickle's and nbmp's pickler state.
     global _prepared
     if not _prepared:
-        _posix.prepare()
         _pickling.dumps(("ok", None))
         _prepared = True
 

@@ -23,9 +23,15 @@ _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the ch
 _controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork
 _controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
 _pool_stoppers: Dict[str, Callable[[], Any]] = {}  # OpenBLAS (pthreads) path -> its fork handler, found with the controller
-# OpenBLAS path -> (its count before the fork, the count its children inherit): lowered in the
-# parent across its forks, so that a child has nothing to change (see NativePools.before).
-_lowered: Dict[str, Tuple[int, int]] = {}
+# OpenBLAS (pthreads) path -> its thread count as a variable (``blas_cpu_number``), found with the
+# controller: the count can be given back to the parent without starting its pool.
+_count_variables: Dict[str, Any] = {}
+# Library path -> its count before the round of forks: lowered in the parent across the round,
+# so that a child has nothing to change (see NativePools._lower); given back after it.
+_lowered: Dict[str, int] = {}
+# (BLAS, OpenMP) limits every pool of this process was lowered to for the children being forked,
+# or None: a forked child with those limits changes no pool.
+_inherited: Optional[Tuple[int, int]] = None
 
 
 def _threadpool_controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
@@ -86,37 +92,67 @@ class NativePools(ForkHandler):
         if _controller_key != len(sys.modules):
             _controller, _controller_key = _threadpool_controller(), len(sys.modules)
             _find_pool_stoppers(_controller)
-        self._lower_openblas(self.coming_threads())
+        budget = self.coming_threads()
+        self._lower(budget, 1 if _gomp_at_fork else budget)
 
     def after_in_parent(self) -> None:
+        global _inherited
         for lib in getattr(_controller, "lib_controllers", ()):
-            if lib.filepath in _lowered:
-                lib.set_num_threads(_lowered.pop(lib.filepath)[0])  # restarts its pool here...
-                _pool_stoppers[lib.filepath]()  # ...stopped again: it starts at the next BLAS call, as after any fork
+            lowered = _lowered.pop(lib.filepath, None)
+            if lowered is None:
+                continue
+            variable = _count_variables.get(lib.filepath)
+            if variable is not None:  # OpenBLAS: set_num_threads would start its pool here
+                variable.value = lowered
+            else:
+                lib.set_num_threads(lowered)
+        _inherited = None
 
     @staticmethod
-    def _lower_openblas(limit: int) -> None:
-        # A child that lowers its OpenBLAS's count restarts the pool that OpenBLAS's own fork
-        # handler stopped (a thread made and stopped again: ~0.3 ms a worker). Lowered in the
-        # parent instead, once for a whole round of forks, the children inherit the count and
-        # a stopped pool. Only where the pool can be stopped again after the restore.
+    def _lower(blas: int, openmp: int) -> None:
+        """Lower the parent's pools to the coming children's limits, for the round of forks.
+
+        A child that lowers its own OpenBLAS restarts the pool that OpenBLAS's fork handler
+        stopped (a thread made and stopped again: ~0.3 ms), and each pool a child sets costs
+        it a few dozen copy-on-write faults. Lowered in the parent, once for the round, the
+        children inherit the limits and change nothing. Only where that starts no thread in
+        the parent, now or when given back: OpenMP (the forking thread's own setting) and an
+        OpenBLAS whose count variable is known (going down starts no thread; the count goes
+        back through the variable). Others are left to each child."""
+        global _inherited
+        complete = True
         for lib in getattr(_controller, "lib_controllers", ()):
-            if lib.filepath in _pool_stoppers and lib.filepath not in _lowered:
-                count = lib.num_threads
-                if count > limit:
-                    lib.set_num_threads(limit)  # going down starts no thread
-                    _lowered[lib.filepath] = (count, limit)
+            limit = blas if lib.user_api == "blas" else openmp
+            count = lib.num_threads
+            if count == limit or lib.filepath in _lowered:
+                continue
+            variable = _count_variables.get(lib.filepath)
+            if lib.user_api == "openmp" and lib.internal_api == "openmp":
+                lib.set_num_threads(limit)
+            elif variable is not None and variable.value == count:
+                lib.set_num_threads(limit)
+                if variable.value != limit:  # not the variable this build counts with: back the public way
+                    lib.set_num_threads(count)
+                    complete = False
+                    continue
+            else:
+                complete = False
+                continue
+            _lowered[lib.filepath] = count
+        _inherited = (blas, openmp) if complete else None
 
     def in_child(self, worker: Worker) -> None:
+        global _inherited
+        inherited, _inherited = _inherited, None
+        _lowered.clear()  # the parent's record: this process gives nothing back
+        if worker.forked and inherited == (worker.threads, openmp_threads(worker)):
+            return  # every pool is at this worker's limits already, lowered by the parent
         controller = _controller if worker.forked and _controller is not None else _threadpool_controller()
         if controller is None:
             return
-        lowered = dict(_lowered) if worker.forked else {}
-        _lowered.clear()  # the parent's record: this process restores nothing
         for lib in controller.lib_controllers:
             limit = worker.threads if lib.user_api == "blas" else openmp_threads(worker)
-            inherited = lowered.get(lib.filepath)
-            if (inherited[1] if inherited is not None else lib.num_threads) == limit:
+            if lib.num_threads == limit:
                 continue
             lib.set_num_threads(limit)
             stop = _pool_stoppers.get(lib.filepath) if worker.forked else None
@@ -126,18 +162,25 @@ class NativePools(ForkHandler):
 
 def _find_pool_stoppers(controller: Any) -> None:
     """In the parent, with its controller: each OpenBLAS's own fork handler, which a forked
-    child calls right after capping that OpenBLAS (no symbol lookup in every worker).
+    child calls right after capping that OpenBLAS (no symbol lookup in every worker), and
+    the variable it keeps its thread count in.
 
     OpenBLAS's fork handler stops its thread pool in the parent before every fork, and
     ``set_num_threads`` restarts the pool at once: in a fresh worker the new threads then
     busy-wait for work for ~0.1 s of CPU each (measured: a 4-worker Pool on 2 cores spent
     more on that than on everything else it did to start). Stopped again with
     ``blas_thread_shutdown_``, the pool starts lazily at the worker's first multi-threaded
-    BLAS call, with the limit just set. Builds that hide the symbol (OpenBLAS 0.3.34) have none.
+    BLAS call, with the limit just set. Builds that hide the symbols (OpenBLAS 0.3.34) have none.
     """
+    import ctypes  # here, not at import: threadpoolctl (which made the controller) has loaded it
     _pool_stoppers.clear()
+    _count_variables.clear()
     for lib in getattr(controller, "lib_controllers", ()):
         if lib.internal_api == "openblas" and getattr(lib, "threading_layer", None) == "pthreads":
             stop = getattr(lib.dynlib, "blas_thread_shutdown_", None)
             if stop is not None:
                 _pool_stoppers[lib.filepath] = stop
+            try:
+                _count_variables[lib.filepath] = ctypes.c_int.in_dll(lib.dynlib, "blas_cpu_number")
+            except ValueError:  # not exported by this build
+                pass

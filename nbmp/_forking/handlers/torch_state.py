@@ -13,6 +13,10 @@ class Torch(ForkHandler):
     """torch's intra-op thread count and default generator, per worker."""
 
     modules = ("torch",)
+    cuda_built = False  # found in the parent before its fork; a forked child inherits it
+
+    def before(self) -> None:
+        self.cuda_built = sys.modules["torch"].backends.cuda.is_built()
 
     def in_child(self, worker: Worker) -> None:
         torch = sys.modules["torch"]
@@ -20,5 +24,5 @@ class Torch(ForkHandler):
         torch.set_num_threads(openmp_threads(worker))
         # torch.manual_seed also probes every accelerator backend: milliseconds per worker.
         torch.default_generator.manual_seed(worker.seed)
-        if torch.backends.cuda.is_built():  # CUDA generators are seeded lazily, at first CUDA use
-            torch.cuda.manual_seed_all(worker.seed)
+        if self.cuda_built if worker.forked else torch.backends.cuda.is_built():
+            torch.cuda.manual_seed_all(worker.seed)  # CUDA generators are seeded lazily, at first CUDA use
