@@ -216,6 +216,8 @@ def test_torch_generator_and_threads_in_workers(start_method):
 
 
 TORCH_POOLS_GIVEN_BACK = """
+import os
+os.environ["OMP_NUM_THREADS"] = os.environ["OPENBLAS_NUM_THREADS"] = "2"  # whatever the suite's process set
 import nbmp, numpy, torch
 from threadpoolctl import threadpool_info
 torch.set_num_threads(2)
