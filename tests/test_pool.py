@@ -210,6 +210,40 @@ def test_an_init_failure_reported_after_terminate_is_ignored_quietly(capsys):
     assert "late" in pool._watch.broken and capsys.readouterr().err == ""
 
 
+def _fork_failing_at(monkeypatch, call):
+    """Make the ``call``-th ``os.fork()`` from now on fail, as when the system is out of processes."""
+    real, calls = os.fork, []
+
+    def fork():
+        calls.append(1)
+        if len(calls) == call:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real()
+    monkeypatch.setattr(os, "fork", fork)
+
+
+def test_a_fork_failing_in_the_round_of_starts_leaves_nothing_behind(monkeypatch):
+    # A Pool makes its workers first and forks them in one round: when the third fork fails,
+    # the two started are stopped (the leak guard
+    # checks that no process, thread or segment is left).
+    _fork_failing_at(monkeypatch, 3)
+    with pytest.raises(BlockingIOError):
+        nbmp.get_context("fork").Pool(4)
+    assert nbmp.active_children() == []  # stopped and joined before the error reached us
+    monkeypatch.undo()
+    with nbmp.get_context("fork").Pool(2) as pool:  # and the next Pool starts as usual
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+
+
+def test_a_fork_failing_in_spawns_round_leaves_nothing_behind(monkeypatch):
+    _fork_failing_at(monkeypatch, 3)
+    with pytest.raises(BlockingIOError):
+        nbmp.spawn(abs, nprocs=4, start_method="fork")
+    assert nbmp.active_children() == []
+    monkeypatch.undo()
+    assert nbmp.spawn(abs, nprocs=2, start_method="fork") == [0, 1]
+
+
 def test_killing_idle_workers_loses_nothing(ctx):
     with ctx.Pool(2) as pool:
         for round in range(4):

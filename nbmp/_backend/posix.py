@@ -8,7 +8,6 @@ and Windows.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
 import _thread
@@ -18,7 +17,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Iterator, Optional, cast
+from typing import Any, Optional, cast
 
 _SIGINT = int(signal.SIGINT)
 
@@ -127,24 +126,29 @@ def _exists(pid: int) -> bool:
     return True
 
 
-@contextlib.contextmanager
-def interrupts_blocked() -> Iterator[None]:
+class interrupts_blocked:
     """Block SIGINT in the calling thread while workers are started.
 
     A child inherits its creator's signal mask (across fork and exec), so a SIGINT
     sent to the process group while a worker starts up stays pending in the worker
     until it has set SIGINT to ignored, instead of printing a KeyboardInterrupt
     traceback from the middle of its bootstrap. The parent's own interrupt is only
-    delayed: it is delivered on leaving the block.
+    delayed: it is delivered on leaving the block. A class calling ``_signal``, not a
+    generator calling ``signal`` (whose enum conversions touch many objects): it runs
+    between two forks of a round, where each page written is copied once per child.
     """
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    __slots__ = ("previous",)
+
+    def __enter__(self) -> None:
+        self.previous = _signal.pthread_sigmask(_signal.SIG_BLOCK, (_SIGINT,)) if _HAS_SIGMASK else None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.previous is not None:
+            _signal.pthread_sigmask(_signal.SIG_SETMASK, self.previous)
+
+
+_HAS_SIGMASK = hasattr(_signal, "pthread_sigmask")
 
 
 class _Recorder(list[Optional[FrameType]]):

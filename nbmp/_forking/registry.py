@@ -32,7 +32,6 @@ started in).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import itertools
@@ -118,8 +117,10 @@ def stamp(launch: Launch) -> Launch:
     """``launch`` completed at ``start()`` with what the child needs of this moment: the
     parent's pid, the seed to derive from, the thread budget, and an index (its start
     order) if the starter gave none."""
-    return dataclasses.replace(launch, parent=os.getpid(), base_seed=_base_seed, threads=worker_threads_setting(),
-                               index=next(_started) if launch.index is None else launch.index)
+    # The constructor, not dataclasses.replace (which reads every field's definition): this
+    # runs between two forks of a round, where each page written is copied once per child.
+    return Launch(index=next(_started) if launch.index is None else launch.index, nprocs=launch.nprocs,
+                  worker=launch.worker, parent=os.getpid(), base_seed=_base_seed, threads=worker_threads_setting())
 
 
 def _cores() -> int:

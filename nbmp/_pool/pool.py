@@ -125,12 +125,24 @@ class Pool(_stdpool.Pool):
         (the stdlib's worker thread keeps it, and a Pool nobody holds must still be collected)."""
         return self._watch.make_worker
 
-    @staticmethod
-    def _repopulate_pool_static(*args: Any) -> None:
-        # The workers started together share one fork round (nbmp._backend.popen_fork.fork_round):
-        # the fork handlers run once for them all.
-        with fork_round():
-            _stdpool.Pool._repopulate_pool_static(*args)  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+    def _repopulate_pool(self) -> None:
+        # The stdlib's start of the first workers, made first and then started in one round
+        # of forks (nbmp._backend.popen_fork.fork_round): the fork handlers run once for them
+        # all, and the parent writes little between two forks (each page it writes there is
+        # copied once per child already forked). A replacement worker is started the
+        # stdlib's way, by its worker-handler thread.
+        made = []
+        for _ in range(self._processes - len(self._pool)):
+            w = self.Process(self._ctx, target=_stdpool.worker,  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+                             args=(self._inqueue, self._outqueue, self._initializer, self._initargs,  # type: ignore[attr-defined]
+                                   self._maxtasksperchild, self._wrap_exception))  # type: ignore[attr-defined]
+            w.name = w.name.replace("Process", "PoolWorker")
+            w.daemon = True
+            made.append(w)
+        with fork_round():  # on a failed start, the stdlib's __init__ stops the workers in self._pool
+            for w in made:
+                w.start()
+                self._pool.append(w)
 
     def _setup_queues(self) -> None:
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
