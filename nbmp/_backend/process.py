@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
-from . import cells as _cells, pickling as _pickling, posix as _posix
+from . import cells as _cells, pickling as _pickling, popen_fork, posix as _posix
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
@@ -77,7 +77,8 @@ class _NbmpProcess(process.BaseProcess):
 
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
-        self.launch = _forking.stamp(self.launch)
+        if self.launch.parent != os.getpid():  # not stamped already by its starter, just before (see stamp)
+            self.launch = _forking.stamp(self.launch)
         if not self.launch.worker:
             super().start()
             return
@@ -120,8 +121,7 @@ class ForkProcess(_NbmpProcess):
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
-        from .popen_fork import Popen
-        return Popen(process_obj)
+        return popen_fork.Popen(process_obj)  # imported above: an import statement here runs importlib's Python code between the forks of a round
 
 
 class SpawnProcess(_NbmpProcess):

@@ -116,7 +116,9 @@ def fork_settings() -> Dict[str, Any]:
 def stamp(launch: Launch) -> Launch:
     """``launch`` completed at ``start()`` with what the child needs of this moment: the
     parent's pid, the seed to derive from, the thread budget, and an index (its start
-    order) if the starter gave none."""
+    order) if the starter gave none. A starter that starts several processes in one round
+    of forks (``spawn``, a Pool) stamps them itself just before, and ``start()`` keeps a
+    launch this process stamped: one thing less between two forks."""
     # The constructor, not dataclasses.replace (which reads every field's definition): this
     # runs between two forks of a round, where each page written is copied once per child.
     return Launch(index=next(_started) if launch.index is None else launch.index, nprocs=launch.nprocs,

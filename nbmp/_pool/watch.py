@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 from .._backend import pickling as _pickling
 from .._backend.popen_fork import peak_rss
 from .._base import WorkerExited
-from .._forking import Launch
+from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
 from .worker import Slot, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
@@ -134,7 +134,7 @@ class Watch:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
             index = next(i for i in range(len(self.workers) + 1) if i not in used)
             # a worker: ignores SIGINT from its start, dies with the Pool's process
-            proc.launch = Launch(index=index, nprocs=self.nprocs, worker=True)
+            proc.launch = stamp(Launch(index=index, nprocs=self.nprocs, worker=True))  # now: see stamp
             self.workers.append(_Worker(proc, slot, index))
         return proc
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
 from .._backend.popen_fork import fork_round
-from .._forking import Launch
+from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
 from .output import StreamPrinter
@@ -328,7 +328,7 @@ def _make_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, n
     ends: List[Optional[connection.Connection]] = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
     job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
-    process.launch = Launch(index=i, nprocs=nprocs, worker=True)  # ignores SIGINT from its start, dies with us
+    process.launch = stamp(Launch(index=i, nprocs=nprocs, worker=True))  # ignores SIGINT from its start, dies with us
     worker = Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
     return _Unstarted(worker, job, [end for end in [result_w, *ends] if end is not None])
 
