@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 
 import pytest
 
@@ -127,3 +128,30 @@ def test_lines_without_newline_are_cut_at_the_limit(capsys):
     nbmp.spawn(lambda i: os.write(1, b"y" * (MAX_LINE + 10)), nprocs=1)
     lines = capsys.readouterr().out.splitlines()
     assert [len(line) for line in lines] == [len("[0] ") + MAX_LINE, len("[0] ") + 10]
+
+
+class _CountingStream:
+    """A stream that records what is written and how often it is flushed (in a kernel each
+    flush of a cell's stream is a round trip to ipykernel's IOPub thread)."""
+
+    def __init__(self):
+        self.text, self.flushes = "", 0
+
+    def write(self, s):
+        self.text += s
+        return len(s)
+
+    def flush(self):  # the caller's own flush before forking (as the standard library's) is not counted
+        if threading.current_thread() is not threading.main_thread():
+            self.flushes += 1
+
+
+def test_streams_are_flushed_only_after_lines_were_written(monkeypatch):
+    out, err = _CountingStream(), _CountingStream()
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    assert nbmp.spawn(abs, nprocs=2, start_method="fork") == [0, 1]
+    assert (out.flushes, err.flushes) == (0, 0)
+    nbmp.spawn(lambda i: print(f"hello {i}"), nprocs=2, start_method="fork")
+    assert sorted(out.text.splitlines()) == ["[0] hello 0", "[1] hello 1"]
+    assert out.flushes >= 1 and err.flushes == 0

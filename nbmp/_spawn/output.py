@@ -80,18 +80,22 @@ class StreamPrinter:
     def __init__(self, prefix: bool, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> None:
         self.prefix = prefix
         self.streams: Dict[str, Optional[TextIO]] = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
+        self._written: Dict[str, TextIO] = {}  # the streams written since the last flush
 
     def handle(self, event: Event) -> None:
         if isinstance(event, WorkerOutput):
             stream = self.streams[event.stream]
             if stream is not None:
                 stream.write(f"[{event.index}] {event.line}\n" if self.prefix else event.line + "\n")
+                self._written[event.stream] = stream
 
     def flush(self) -> None:
-        for stream in self.streams.values():
+        """Flush the streams written since the last flush (in a kernel, each flush of a cell's
+        stream waits for ipykernel's IOPub thread: a run with no output waits for none)."""
+        while self._written:
+            _, stream = self._written.popitem()
             try:
-                if stream is not None:
-                    stream.flush()
+                stream.flush()
             except (OSError, ValueError):  # a closed stream must not break the run
                 pass
 
