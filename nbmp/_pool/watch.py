@@ -38,7 +38,7 @@ from .._backend.popen_fork import peak_rss
 from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
-from .worker import Slot, worker
+from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
 
 __all__ = ["Watch", "BROKEN_QUEUES"]
@@ -279,9 +279,11 @@ class Watch:
                     self.handle(Notice("unreadable", payload=exc))
                     return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
-                    if self.unread and message is not None:
+                    if message is None:
+                        return None
+                    if self.unread:
                         self.unread.pop((message[0], message[1]), None)  # its task was read
-                    return message
+                    return timed(message)
                 try:
                     self.handle(message)
                 except Exception:  # never let a report kill the Pool's result thread

@@ -109,7 +109,9 @@ class Notice:
 class Timed(tuple):  # type: ignore[type-arg]  # always (success, value), as the stdlib's results
     """A task's ``(success, value)`` result that also says which worker ran it and when
     (for the dashboard's Pool timeline, ``TaskRan``). It unpacks as the stdlib's pair, so
-    the stdlib's result objects take it unchanged; the extra fields cost ~30 bytes."""
+    the stdlib's result objects take it unchanged. A worker sends the plain tuple
+    ``(success, value, worker, start, end)`` (pickled at C speed, with no reducer to call);
+    the parent's reader makes it a ``Timed`` (:func:`timed`)."""
 
     worker: Optional[int]
     start: float
@@ -122,6 +124,15 @@ class Timed(tuple):  # type: ignore[type-arg]  # always (success, value), as the
 
     def __reduce__(self) -> Any:
         return Timed, (self[0], self[1], self.worker, self.start, self.end)
+
+
+def timed(message: Any) -> Any:
+    """A worker's result message ``(job, i, outcome)`` with a 5-tuple outcome made a :class:`Timed`;
+    anything else (a 2-tuple error made when the result could not be pickled) as it came."""
+    outcome = message[2]
+    if len(outcome) == 5:
+        return message[0], message[1], Timed(*outcome)
+    return message
 
 
 _functions: "dict[bytes, Any]" = {}
@@ -167,11 +178,11 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
         slot[JOB], slot[INDEX], slot[PHASE] = job, i, RUNNING
         started = time.time()
         try:
-            result = Timed(True, func(*args, **kwds), index, started, time.time())
+            result = (True, func(*args, **kwds), index, started, time.time())  # a Timed in the parent
         except Exception as exc:
             if wrap_exception and func is not _helper_reraises_exception:
                 exc = wrap_task_exception(exc, index, pid)  # the wrapper travels in exc's place
-            result = Timed(False, exc, index, started, time.time())
+            result = (False, exc, index, started, time.time())
         send((job, i, result), result)
         task = func = args = kwds = result = None  # type: ignore[assignment]  # drop the task's objects while waiting for the next
         completed += 1
