@@ -137,3 +137,100 @@ def test_a_wrong_maxtasksperchild_type_is_the_standard_value_error_and_nbmp_type
         assert isinstance(info.value, TypeError)
     with pytest.raises(ValueError, match="maxtasksperchild"):
         nbmp.Pool(3, maxtasksperchild=0)
+
+
+# -- Queue.put writes a small item itself when nothing waits in the buffer ------------------
+
+
+def _mixed_producer(q, n, big):
+    for i in range(n):
+        q.put((i, big if i % 3 == 0 else b""))  # big items go through the feeder, small ones may not
+    q.close()
+    q.join_thread()
+
+
+def test_small_and_big_items_from_one_producer_keep_their_order(start_method):
+    ctx = nbmp.get_context(start_method)
+    q = ctx.Queue()
+    big = b"x" * 100_000  # larger than the pipe: the feeder thread blocks while writing it
+    p = ctx.Process(target=_mixed_producer, args=(q, 60, big))
+    p.start()
+    got = [q.get(timeout=TIMEOUT) for _ in range(60)]
+    p.join(TIMEOUT)
+    assert [i for i, _ in got] == list(range(60)) and p.exitcode == 0
+    assert all(data == (big if i % 3 == 0 else b"") for i, data in got)
+
+
+def _small_producer(q, k, n):
+    for i in range(n):
+        q.put((k, i))
+
+
+def test_many_writer_processes_never_mix_their_messages():
+    ctx = nbmp.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_small_producer, args=(q, k, 500)) for k in range(4)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=TIMEOUT) for _ in range(2000)]
+    for p in procs:
+        p.join(TIMEOUT)
+    for k in range(4):
+        assert [i for j, i in got if j == k] == list(range(500))  # each producer's items whole and in order
+
+
+def test_put_never_blocks_on_a_full_pipe_and_close_still_flushes():
+    # Nobody reads while 5000 small items are put: the pipe (64 KiB) fills, and put must
+    # still return at once, the rest waiting in the buffer for the feeder thread.
+    q = nbmp.Queue()
+    start = time.monotonic()
+    for i in range(5000):
+        q.put(i)
+    assert time.monotonic() - start < TIMEOUT
+    assert [q.get(timeout=TIMEOUT) for _ in range(5000)] == list(range(5000))
+    q.close()
+    q.join_thread()
+
+
+def test_joinable_queue_counts_items_written_at_once():
+    q = nbmp.JoinableQueue()
+    q.put("a")
+    assert q.get(timeout=TIMEOUT) == "a"
+    q.task_done()  # counted before the item could be read: no "called too many times"
+    q.join()
+    q.close()
+    q.join_thread()
+
+
+class _SlowToTakeLock:
+    """A Queue's write lock that the feeder thread (``with lock:``) takes only after a pause,
+    as a busy machine may delay it; ``put`` (acquire/release) takes it at once."""
+
+    def __init__(self, lock):
+        self.lock = lock
+
+    def acquire(self, block=True, timeout=None):
+        return self.lock.acquire(block) if timeout is None else self.lock.acquire(block, timeout)
+
+    def release(self):
+        self.lock.release()
+
+    def __enter__(self):
+        time.sleep(0.2)
+        self.lock.acquire()
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def test_a_small_item_never_overtakes_one_the_feeder_is_about_to_send():
+    q = nbmp.Queue()
+    q._wlock = _SlowToTakeLock(q._wlock)  # before the first put starts the feeder with it
+    big = b"x" * 10_000  # too big to be written by put: the feeder sends it
+    q.put(big)
+    time.sleep(0.05)  # the feeder has taken it out of the buffer's reach and waits for the lock
+    q.put("small")
+    assert q.get(timeout=TIMEOUT) == big
+    assert q.get(timeout=TIMEOUT) == "small"
+    q.close()
+    q.join_thread()
