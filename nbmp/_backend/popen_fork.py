@@ -2,7 +2,8 @@
 
 What differs from ``multiprocessing.popen_fork.Popen``: ``_launch`` runs nbmp's
 ``before`` handlers just before the stdlib's launch forks and ``after_in_parent``
-right after it; in the child, a thin entry marks the fork for
+right after it (once for all the forks of a :func:`fork_round`: a spawn's or a Pool's
+workers); in the child, a thin entry marks the fork for
 ``nbmp._forking.registry.child_started`` before the process object's ``_bootstrap``. Only
 nbmp's forks run them (no ``os.register_at_fork``). CPython 3.12+'s generic
 "multi-threaded, use of fork() may lead to deadlocks" DeprecationWarning is hidden
