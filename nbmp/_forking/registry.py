@@ -16,7 +16,7 @@ The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbm
 
 Points 1 and 2 run once for a round of forks (``popen_fork.fork_round``: the workers of a
 ``spawn`` or a Pool), and the ``before`` handlers learn the thread budget of the round's
-first child (``NativePools`` lowers the parent's OpenBLAS to it, see there).
+first child (``NativePools`` lowers the parent's OpenMP and OpenBLAS to it, see there).
 
 Only nbmp's own forks run this: nothing is registered with ``os.register_at_fork``,
 so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp.
@@ -297,15 +297,13 @@ def user_handlers() -> Tuple[ForkHandler, ...]:
     return tuple(_user_handlers)
 
 
-def _applying() -> List[ForkHandler]:
-    return [h for h in _builtins + _user_handlers if h.applies()]
-
-
 def _split() -> Tuple[int, List[ForkHandler], List[ForkHandler]]:
     """``(len(sys.modules), the handlers that apply now, those waiting for their framework)``."""
-    handlers = _builtins + _user_handlers
-    applying = [h for h in handlers if h.applies()]
-    return len(sys.modules), applying, [h for h in handlers if not any(h is a for a in applying)]
+    applying: List[ForkHandler] = []
+    waiting: List[ForkHandler] = []
+    for handler in _builtins + _user_handlers:
+        (applying if handler.applies() else waiting).append(handler)
+    return len(sys.modules), applying, waiting
 
 
 # The split made by the last before_fork: after_fork_in_parent runs the same handlers, and a
@@ -332,7 +330,7 @@ _forked_by_nbmp = False
 def hazards(applying: Optional[List[ForkHandler]] = None) -> List[str]:
     """What makes forking this process hazardous now, one sentence with its fix each."""
     found = []
-    for handler in _applying() if applying is None else applying:
+    for handler in _split()[1] if applying is None else applying:
         try:
             message = handler.hazard()
         except Exception:
