@@ -367,6 +367,15 @@ def test_auto_progress_stays_quiet_for_quick_maps(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(capsys, monkeypatch):
+    from nbmp._pool import progress
+    monkeypatch.setattr(progress, "AUTO_DELAY", 0.2)
+    with nbmp.Pool(2) as pool:
+        assert pool.map(time.sleep, [0.3] * 4, chunksize=1) == [None] * 4
+    err = capsys.readouterr().err
+    assert "map(sleep): 100%|" in err and "4/4" in err and err.endswith("\n")
+
+
 def test_bad_progress_value_is_a_type_error():
     with nbmp.Pool(1) as pool:
         with pytest.raises(TypeError, match="progress must be True, False, None"):

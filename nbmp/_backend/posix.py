@@ -20,10 +20,11 @@ from types import FrameType
 from typing import Any, Optional, cast
 
 _SIGINT = int(signal.SIGINT)
+_SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
     "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
-    "flush_c_stdio",
+    "default_termination", "flush_c_stdio",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -31,6 +32,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # Workers get SIGTERM when their parent dies: it ends them at once unless they chose
 # to handle it (SIGINT is ignored in workers, see ignore_interrupts).
 DEATH_SIGNAL = getattr(signal, "SIGTERM", None)
+_DEATH = -1 if DEATH_SIGNAL is None else int(DEATH_SIGNAL)  # a plain int: no enum code in a fresh fork
 
 _libc: Optional[Any] = None  # Any: a ctypes.CDLL, whose functions ctypes types as Any; False once loading failed
 
@@ -77,11 +79,11 @@ def die_with_parent(parent_pid: int, direct: bool) -> None:
         _watch(parent_pid)
         return
     libc = _load_libc()
-    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, int(DEATH_SIGNAL), 0, 0, 0) != 0:
+    if libc is None or libc.prctl(_PR_SET_PDEATHSIG, _DEATH, 0, 0, 0) != 0:
         return
     # The parent may have died before prctl ran; then no signal would ever come.
     if os.getppid() != parent_pid:
-        os.kill(os.getpid(), DEATH_SIGNAL)
+        os.kill(os.getpid(), _DEATH)
 
 
 def _watch(pid: int) -> None:
@@ -248,6 +250,13 @@ def ignore_interrupts() -> None:
         return
     if hasattr(_signal, "pthread_sigmask"):
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (_SIGINT,))
+
+
+def default_termination() -> None:
+    """SIGTERM back to its default (the process dies): a handler inherited from the parent
+    (a kernel's) must not keep a worker alive through ``terminate()``. Through ``_signal``,
+    as :func:`ignore_interrupts`."""
+    _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
 def allow_interrupts() -> None:

@@ -24,7 +24,9 @@ class Launch:
     ``index``: its rank in its run (None: its start order); ``nprocs``: the run's size
     (0: unknown); ``worker``: a spawn or Pool worker, which ignores SIGINT from its start
     and dies with its parent; set at start: ``parent`` (the starting process's pid),
-    ``base_seed`` (None: fresh entropy) and ``threads`` (the explicit thread budget, or None).
+    ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or None),
+    and, worked out then in the parent, the child's ``seed`` and thread ``budget``
+    (0: not worked out).
 
     Example::
 
@@ -38,3 +40,5 @@ class Launch:
     parent: int = 0
     base_seed: Optional[int] = None
     threads: Optional[int] = None
+    seed: Optional[int] = None
+    budget: int = 0

@@ -120,9 +120,13 @@ def stamp(launch: Launch) -> Launch:
     of forks (``spawn``, a Pool) stamps them itself just before, and ``start()`` keeps a
     launch this process stamped: one thing less between two forks."""
     # The constructor, not dataclasses.replace (which reads every field's definition): this
-    # runs between two forks of a round, where each page written is copied once per child.
-    return Launch(index=next(_started) if launch.index is None else launch.index, nprocs=launch.nprocs,
-                  worker=launch.worker, parent=os.getpid(), base_seed=_base_seed, threads=worker_threads_setting())
+    # may run between two forks of a round, where each page written is copied once per child.
+    # The child's seed and thread budget are worked out here, in the parent, not in each
+    # child (where each object its work touches is a copy-on-write fault).
+    index, threads = next(_started) if launch.index is None else launch.index, worker_threads_setting()
+    return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(), base_seed=_base_seed,
+                  threads=threads, seed=_derive_seed(_base_seed, index),
+                  budget=threads or (max(1, _cores() // launch.nprocs) if launch.nprocs > 0 else 1))
 
 
 def _cores() -> int:
@@ -136,6 +140,8 @@ def thread_budget(launch: Launch) -> int:
     """The BLAS/OpenMP/torch thread count of a child launched with ``launch``: the explicit
     setting, else ``cores // nprocs`` (at least 1); 1 when the run's size is unknown."""
     explicit, nprocs = launch.threads, launch.nprocs
+    if launch.budget:
+        return launch.budget  # worked out by stamp
     return explicit or (max(1, _cores() // nprocs) if nprocs > 0 else 1)
 
 
@@ -389,7 +395,8 @@ def child_started(launch: Launch) -> Worker:
     run's size is unknown: one thread."""
     global _forked_by_nbmp, _base_seed, _started
     index, nprocs, base, explicit = launch.index or 0, launch.nprocs, launch.base_seed, launch.threads
-    worker = Worker(index=index, nprocs=nprocs, seed=_derive_seed(base, index), threads=thread_budget(launch),
+    seed = _derive_seed(base, index) if launch.seed is None else launch.seed
+    worker = Worker(index=index, nprocs=nprocs, seed=seed, threads=thread_budget(launch),
                     explicit_threads=explicit is not None, forked=_forked_by_nbmp)
     _forked_by_nbmp = False
     # This worker's own children derive their seeds from its seed, and count from 0.

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import List
 
-__all__ = ["ThreadInfo", "python_threads", "native_threads", "user_threads"]
+__all__ = ["ThreadInfo", "python_threads", "native_threads", "user_threads", "alone"]
 
 _KERNEL = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
            "_pydevd", "pydevd")
@@ -53,6 +53,13 @@ def _kind(thread: threading.Thread) -> str:
     return "user"
 
 
+def alone() -> bool:
+    """Whether the calling thread is the only live ``threading`` thread: no other can be in
+    the middle of anything (a thread that ever ran Python code through ``logging`` or
+    ``threading`` is registered there, a C thread too)."""
+    return threading.active_count() == 1
+
+
 def python_threads() -> List[ThreadInfo]:
     """Every live ``threading`` thread, classified."""
     return [ThreadInfo(t.name, t.daemon, _kind(t)) for t in threading.enumerate()]
@@ -80,4 +87,6 @@ def native_threads() -> List[ThreadInfo]:
 
 def user_threads() -> List[ThreadInfo]:
     """Live Python threads that belong to neither nbmp, the kernel nor a fork-aware library."""
+    if alone():
+        return []
     return [t for t in python_threads() if t.kind == "user"]

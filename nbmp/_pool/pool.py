@@ -170,6 +170,9 @@ class Pool(_stdpool.Pool):
 
     def terminate(self) -> None:
         """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
+        # Deaths from here on are the terminate's own: the watcher leaves first, so that it
+        # does not wake (and take a core) for each worker the terminate stops.
+        self._watch.stop(wait=False)
         super().terminate()
         self._watch.stop()
         self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
@@ -265,6 +268,12 @@ class Pool(_stdpool.Pool):
         # The interrupt may come at any moment of the call, while the tasks are queued too.
         try:
             result = submit()
+            if isinstance(sink, _progress.TextBar) and sink.delay > 0:
+                # A bar that stays blank for its delay needs no events before it: a quick map
+                # makes none (they cost the parent CPU its result thread could use).
+                result.wait(sink.delay)
+                if result.ready():
+                    sink = None
             if sink is not None:
                 _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
                                  self._ctx.get_start_method(), self._processes, self._watch, list(self._pool))

@@ -34,7 +34,7 @@ from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._backend import pickling as _pickling
-from .._backend.popen_fork import peak_rss
+from .._backend.popen_fork import PeakMemory, peak_rss
 from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
@@ -67,8 +67,10 @@ class _Worker:
             return None
 
     def sample_rss(self) -> None:
+        """Sample the worker's memory, where its reaping will not tell its peak (forkserver:
+        nbmp's fork and spawn ``Popen`` reap with ``wait4``, see ``peak_rss``)."""
         pid = self.proc.pid
-        if pid is not None:
+        if pid is not None and not isinstance(self.proc._popen, PeakMemory):
             self.rss = _rss(self, pid) or self.rss
 
 
@@ -155,16 +157,18 @@ class Watch:
         self._thread = threading.Thread(target=self._run, name="nbmp-pool-watcher", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
-        """End the watcher thread now and wait for it (the Pool was terminated or joined)."""
-        self._stopping = True
+    def stop(self, wait: bool = True) -> None:
+        """End the watcher thread now and, with ``wait``, wait for it (the Pool was terminated
+        or joined)."""
+        first, self._stopping = not self._stopping, True
         thread = self._thread
         if thread is None:
             return
-        with self._wake_lock:
-            if self._wake_w >= 0:
-                os.write(self._wake_w, b"x")
-        if thread is not threading.current_thread():
+        if first:
+            with self._wake_lock:
+                if self._wake_w >= 0:
+                    os.write(self._wake_w, b"x")
+        if wait and thread is not threading.current_thread():
             thread.join(timeout=5.0)
 
     def _live_pool(self) -> Any:
@@ -189,12 +193,14 @@ class Watch:
                 self._wake_r = self._wake_w = -1
 
     def _watch_workers(self) -> None:
-        unreaped = 0
+        unreaped, sampled = 0, False
         while self._watching():
             with self.lock:
                 workers = list(self.workers)
-            for w in workers:
-                w.sample_rss()
+            if sampled:  # not at the start: the first TICK of a Pool is its busiest moment
+                for w in workers:
+                    w.sample_rss()
+            sampled = True
             sentinels = [s for s in (w.sentinel() for w in workers) if s is not None]
             ready = [s for s in wait(sentinels + [self._wake_r], timeout=TICK) if s != self._wake_r]
             if self._stopping:

@@ -4,7 +4,8 @@ fork), and the child's first log call through that handler blocks forever.
 
 logging re-creates its locks in a child itself (``os.register_at_fork``), but not
 the streams; nbmp holds every handler's lock across its forks, so no thread is
-mid-emit when the child is made.
+mid-emit when the child is made (when another thread is alive: alone, the forking
+thread cannot be mid-emit).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 import threading
 from typing import List
 
+from ..threads import alone
 from ._base import ForkHandler, Worker
 
 
@@ -26,6 +28,8 @@ class Logging(ForkHandler):
         self._held: List[threading.RLock] = []
 
     def before(self) -> None:
+        if alone():
+            return  # no other thread can be mid-emit (holding the locks costs the parent ~70 page faults a round)
         for ref in list(sys.modules["logging"]._handlerList):
             lock = getattr(ref(), "lock", None)
             if lock is not None and lock.acquire(timeout=self.HOLD_TIMEOUT):

@@ -10,6 +10,7 @@ from a parent with libgomp loaded get one OpenMP thread whatever the budget.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
@@ -26,9 +27,9 @@ _pool_stoppers: Dict[str, Callable[[], Any]] = {}  # OpenBLAS (pthreads) path ->
 # OpenBLAS (pthreads) path -> its thread count as a variable (``blas_cpu_number``), found with the
 # controller: the count can be given back to the parent without starting its pool.
 _count_variables: Dict[str, Any] = {}
-# Library path -> its count before the round of forks: lowered in the parent across the round,
-# so that a child has nothing to change (see NativePools._lower); given back after it.
-_lowered: Dict[str, int] = {}
+# Library path -> what gives back its count from before the round of forks: lowered in the
+# parent across the round, so that a child has nothing to change (see NativePools._lower).
+_lowered: Dict[str, Callable[[], object]] = {}
 # (BLAS, OpenMP) limits every pool of this process was lowered to for the children being forked,
 # or None: a forked child with those limits changes no pool.
 _inherited: Optional[Tuple[int, int]] = None
@@ -97,15 +98,9 @@ class NativePools(ForkHandler):
 
     def after_in_parent(self) -> None:
         global _inherited
-        for lib in getattr(_controller, "lib_controllers", ()):
-            lowered = _lowered.pop(lib.filepath, None)
-            if lowered is None:
-                continue
-            variable = _count_variables.get(lib.filepath)
-            if variable is not None:  # OpenBLAS: set_num_threads would start its pool here
-                variable.value = lowered
-            else:
-                lib.set_num_threads(lowered)
+        for give_back in _lowered.values():
+            give_back()
+        _lowered.clear()
         _inherited = None
 
     @staticmethod
@@ -138,7 +133,11 @@ class NativePools(ForkHandler):
             else:
                 complete = False
                 continue
-            _lowered[lib.filepath] = count
+            # Given back after the round (prepared now: after the forks, each object the parent
+            # touches is a copy-on-write fault). OpenBLAS's through its variable: its
+            # set_num_threads would start its pool in the parent.
+            _lowered[lib.filepath] = (functools.partial(setattr, variable, "value", count) if variable is not None
+                                      else functools.partial(lib.set_num_threads, count))
         _inherited = (blas, openmp) if complete else None
 
     def in_child(self, worker: Worker) -> None:
