@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import sys
 import time
 from typing import Any, List
 
@@ -374,6 +375,17 @@ def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(capsys, m
         assert pool.map(time.sleep, [0.3] * 4, chunksize=1) == [None] * 4
     err = capsys.readouterr().err
     assert "map(sleep): 100%|" in err and "4/4" in err and err.endswith("\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")
+def test_the_task_and_result_pipes_hold_a_whole_map_of_chunks():
+    import fcntl
+    with open("/proc/sys/fs/pipe-max-size") as f:
+        allowed = min(int(f.read()), 1 << 20)
+    with nbmp.Pool(1) as pool:
+        sizes = [fcntl.fcntl(q._reader.fileno(), fcntl.F_GETPIPE_SZ) for q in (pool._inqueue, pool._outqueue)]
+        assert pool.map(len, [b"x" * 200_000] * 8, chunksize=1) == [200_000] * 8  # 1.6 MB through them
+    assert min(sizes) >= allowed > 1 << 16, sizes  # not the default 64 KiB
 
 
 def test_bad_progress_value_is_a_type_error():

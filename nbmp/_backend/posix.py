@@ -24,7 +24,7 @@ _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
     "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
-    "default_termination", "flush_c_stdio",
+    "default_termination", "widen_pipe", "flush_c_stdio",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -257,6 +257,38 @@ def default_termination() -> None:
     (a kernel's) must not keep a worker alive through ``terminate()``. Through ``_signal``,
     as :func:`ignore_interrupts`."""
     _signal.signal(_SIGTERM, _signal.SIG_DFL)
+
+
+PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask
+
+
+def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
+    """Let the pipe behind ``fd`` hold ``capacity`` bytes (Linux: ``F_SETPIPE_SZ``), not
+    the default 64 KiB; returns its capacity now (0 where it cannot be known).
+
+    A Pool's task pipe that holds a whole map's chunks lets the thread that sends them
+    finish at once, and its result pipe lets a worker go on to its next chunk without
+    waiting for the parent to read: on 2 cores, fewer threads then take turns. Refused
+    (beyond ``pipe-max-size``, or once this user's pipes pass ``pipe-user-pages-soft``):
+    the pipe keeps its size."""
+    fcntl = _fcntl()
+    if fcntl is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+        return 0
+    try:
+        return int(fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, capacity))
+    except OSError:
+        try:
+            return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
+        except OSError:
+            return 0
+
+
+def _fcntl() -> Optional[Any]:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    return fcntl
 
 
 def allow_interrupts() -> None:
