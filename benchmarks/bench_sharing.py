@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 import time
-from multiprocessing import resource_tracker, shared_memory
+from multiprocessing import shared_memory
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -72,8 +72,10 @@ def echo(q_in: Any, q_out: Any) -> None:
 
 def echo_shm(q_in: Any, q_out: Any) -> None:
     for name, shape, dtype in items(q_in):
+        # Attaching registers the name with the resource tracker the whole tree shares (a
+        # set: the parent's registration already holds it). Unregistering here, as was done
+        # before, made the parent's own unlink print the tracker's KeyError.
         shm = shared_memory.SharedMemory(name)
-        resource_tracker.unregister(shm._name, "shared_memory")  # the parent owns it
         arr = np.ndarray(shape, dtype, buffer=shm.buf)
         q_out.put((name, arr.shape, arr.dtype.str))
         del arr
