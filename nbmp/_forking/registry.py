@@ -125,8 +125,7 @@ def stamp(launch: Launch) -> Launch:
     # child (where each object its work touches is a copy-on-write fault).
     index, threads = next(_started) if launch.index is None else launch.index, worker_threads_setting()
     return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(), base_seed=_base_seed,
-                  threads=threads, seed=_derive_seed(_base_seed, index),
-                  budget=threads or (max(1, _cores() // launch.nprocs) if launch.nprocs > 0 else 1))
+                  threads=threads, seed=_derive_seed(_base_seed, index), budget=_budget(threads, launch.nprocs))
 
 
 def _cores() -> int:
@@ -139,9 +138,10 @@ def _cores() -> int:
 def thread_budget(launch: Launch) -> int:
     """The BLAS/OpenMP/torch thread count of a child launched with ``launch``: the explicit
     setting, else ``cores // nprocs`` (at least 1); 1 when the run's size is unknown."""
-    explicit, nprocs = launch.threads, launch.nprocs
-    if launch.budget:
-        return launch.budget  # worked out by stamp
+    return launch.budget or _budget(launch.threads, launch.nprocs)  # budget: worked out by stamp
+
+
+def _budget(explicit: Optional[int], nprocs: int) -> int:
     return explicit or (max(1, _cores() // nprocs) if nprocs > 0 else 1)
 
 
