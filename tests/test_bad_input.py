@@ -251,3 +251,13 @@ def test_share_keeps_ndarray_subclasses_that_it_can():
     m = nbmp.share(np.matrix([[1, 2], [3, 4]]))
     assert type(m) is np.matrix and nbmp.is_shared(m) and (m == [[1, 2], [3, 4]]).all()
     del shared, m
+
+
+def test_a_target_that_cannot_take_the_index_is_also_torchs_process_raised_exception(monkeypatch):
+    # torch.multiprocessing raises ProcessRaisedException for this mistake (from its first
+    # worker); PyTorch's own test_multiprocessing_spawn expects that type.
+    with nothing_starts(monkeypatch):
+        with pytest.raises(nbmp.ProcessRaisedException) as caught:
+            nbmp.spawn(lambda: 1, nprocs=2)
+    assert isinstance(caught.value, TypeError) and caught.value.error_index == 0
+    assert "fn is called as fn(i)" in str(caught.value)

@@ -17,7 +17,8 @@ from typing import Any, List, Optional, Tuple
 
 from .events import WorkerExited
 
-__all__ = ["NbmpError", "RemoteTaskError", "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
+__all__ = ["NbmpError", "RemoteTaskError", "ProcessException", "ProcessRaisedException", "UncallableTargetError",
+           "ProcessExitedException", "ProcessStoppedException",
            "raised_message", "exited_error", "stopped_error"]
 
 
@@ -100,6 +101,27 @@ class ProcessRaisedException(ProcessException):
         ...     print(type(e.__cause__).__name__)
         ValueError
     """
+
+
+class UncallableTargetError(TypeError, ProcessRaisedException):
+    """``spawn``'s ``fn`` cannot be called as ``fn(i, *args)``: raised before any worker starts.
+
+    A ``TypeError`` (what the mistake is), and a :class:`ProcessRaisedException` with
+    ``error_index`` 0 and ``error_pid`` 0 (no worker was started): ``torch.multiprocessing``
+    reports the same mistake as that, from its first worker, so code and tests written
+    for either keep working.
+
+    Example::
+
+        >>> try:
+        ...     nbmp.spawn(lambda: None, nprocs=2)
+        ... except TypeError as e:
+        ...     print(isinstance(e, nbmp.ProcessRaisedException))
+        True
+    """
+
+    def __init__(self, msg: str, error_index: int = 0, error_pid: int = 0) -> None:
+        ProcessRaisedException.__init__(self, msg, error_index, error_pid)
 
 
 class ProcessExitedException(ProcessException):

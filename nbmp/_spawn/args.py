@@ -11,6 +11,7 @@ from typing import Any, Dict, Tuple
 from .._backend import pickling as _pickling
 from .._backend import default_context
 from .._base import checks as _checks
+from .._base.exceptions import UncallableTargetError
 from .output import check_output_mode
 
 __all__ = ["check_arguments"]
@@ -64,7 +65,7 @@ def _check_signature(fn: Any, nargs: int) -> None:
         params = ["i"] + [f"a{k}" for k in range(nargs)]
         call = f"fn({', '.join(params)})" if nargs else "fn(i)"
         what = "i = the worker's index" + (f", then the {nargs} item(s) of args" if nargs else "")
-        raise TypeError(f"fn is called as {call} in each worker ({what}), but {name}{signature} "
+        raise UncallableTargetError(f"fn is called as {call} in each worker ({what}), but {name}{signature} "
                         f"cannot be called that way: {exc}. "
                         f"Give fn a first parameter for the index, e.g. "
                         f"nbmp.spawn(lambda {', '.join(params)}: ...{', args=(...)' if nargs else ''}), or pass "
