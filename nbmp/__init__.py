@@ -19,6 +19,7 @@ from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
+from ._backend.posix import get_thread_name as _get_thread_name, set_thread_name as _set_thread_name  # noqa: F401  (torch.multiprocessing's)
 from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
 from ._base import NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
 from ._base.checks import get_max_workers, set_max_workers

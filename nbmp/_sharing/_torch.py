@@ -116,6 +116,8 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
 def _reduce_tensor(t: "torch.Tensor") -> Any:
     import torch
     cls = type(t)
+    if t.device.type == "meta":  # no data, only its shape: torch's own pickling, as torch.multiprocessing
+        return t.__reduce_ex__(pickle.DEFAULT_PROTOCOL)
     check_cpu(t)
     if (cls is not torch.Tensor and cls is not torch.nn.Parameter) or t.layout != torch.strided \
             or t.is_quantized or t.is_nested:
@@ -200,9 +202,23 @@ def _rebuild_tensor(handle: Tuple[Any, ...], layout: Tuple[int, int, int, Tuple[
 
 
 def _reduce_storage(storage: Any) -> Any:
-    """A storage torch shared goes by torch's handle; any other one as a copy of its bytes."""
+    """A CPU storage is moved into an nbmp segment in place and crosses as a handle, as a
+    tensor does (torch.multiprocessing moves it too): in the sending process it comes back
+    as the same storage, and tensors on it sent along share it. A storage torch shared
+    already goes by torch's handle; any other one (not CPU, one torch will not move) as a
+    copy of its bytes."""
     import torch
     untyped = storage if isinstance(storage, torch.UntypedStorage) else storage._untyped_storage
+    if untyped.device.type == "cpu" and untyped.nbytes():
+        whole = torch.empty(0, dtype=torch.uint8).set_(untyped)  # a view of all of it: share_ moves its storage
+        found = _storage_segment(whole)
+        if found is None and not untyped.is_shared() and not _pickling.probing():
+            _move(whole)
+            found = _storage_segment(whole)
+        if found is not None:
+            mapped, offset = found
+            dtype = None if untyped is storage else storage.dtype
+            return _rebuild_storage, (tuple(_segments.ticket_for(mapped)), offset, untyped.nbytes(), dtype)
     if not untyped.is_shared():
         return storage.__reduce__()
     from torch.multiprocessing import reductions
@@ -211,6 +227,18 @@ def _reduce_storage(storage: Any) -> Any:
     if type(storage) is torch.storage.TypedStorage:
         return reductions.reduce_typed_storage(storage)
     return reductions.reduce_typed_storage_child(storage)
+
+
+def _rebuild_storage(handle: Tuple[Any, ...], offset: int, nbytes: int, dtype: Optional["torch.dtype"]) -> Any:
+    import torch
+    mm = _segments.attach(_segments.Handle._make(handle))
+    ours = _moved_by_seg.get(handle[1])
+    untyped = ours() if ours is not None else None  # moved by this process: the very storage
+    if untyped is None:
+        untyped = _uint8_over(mm, offset, nbytes).untyped_storage()
+    if dtype is None:
+        return untyped
+    return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
 
 def install() -> None:
