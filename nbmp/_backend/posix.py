@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import select
 import _thread
+import fcntl
 import _signal  # type: ignore[import-not-found]  # the C module under signal.py: typeshed has no stub
 import signal
 import sys
@@ -271,8 +272,7 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
     waiting for the parent to read: on 2 cores, fewer threads then take turns. Refused
     (beyond ``pipe-max-size``, or once this user's pipes pass ``pipe-user-pages-soft``):
     the pipe keeps its size."""
-    fcntl = _fcntl()
-    if fcntl is None or not hasattr(fcntl, "F_SETPIPE_SZ"):
+    if not hasattr(fcntl, "F_SETPIPE_SZ"):  # not Linux
         return 0
     try:
         return int(fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, capacity))
@@ -281,14 +281,6 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
             return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
         except OSError:
             return 0
-
-
-def _fcntl() -> Optional[Any]:
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        return None
-    return fcntl
 
 
 _PR_SET_NAME, _PR_GET_NAME = 15, 16  # from <linux/prctl.h>

@@ -126,10 +126,7 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
         raise RuntimeError(  # torch's type and words (torch.multiprocessing.reductions), with the fix
             "Cowardly refusing to serialize non-leaf tensor which requires_grad, since autograd does not support "
             "crossing process boundaries. Fix: send t.detach() (and call requires_grad_() in the receiver).")
-    found = _storage_segment(t)
-    if found is None and not t.is_shared() and not _pickling.probing() and t.untyped_storage().nbytes():
-        _move(t)  # torch.multiprocessing's contract: the sender's tensor moves to shared memory, in place
-        found = _storage_segment(t)
+    found = _in_segment(t)
     if found is not None:
         mapped, offset = found
         handle = tuple(_segments.ticket_for(mapped))
@@ -143,11 +140,18 @@ def _reduce_tensor(t: "torch.Tensor") -> Any:
     return _reduce_moved(t, cls)
 
 
-def _move(t: "torch.Tensor") -> None:
-    try:
-        share_(t)
-    except RuntimeError:  # a storage torch will not swap (not resizable, not owned): it is copied
-        pass
+def _in_segment(t: "torch.Tensor") -> Optional[Tuple[_segments.Mapped, int]]:
+    """Where ``t``'s storage lies in an nbmp segment, once moved there if it was in plain memory
+    (torch.multiprocessing's contract: what is sent moves to shared memory, in place). None:
+    shared by torch, empty, only being probed, or a storage torch will not swap."""
+    found = _storage_segment(t)
+    if found is None and not t.is_shared() and not _pickling.probing() and t.untyped_storage().nbytes():
+        try:
+            share_(t)
+        except RuntimeError:  # a storage torch will not swap (not resizable, not owned): it is copied
+            return None
+        found = _storage_segment(t)
+    return found
 
 
 def _contiguous_bytes(t: "torch.Tensor") -> Any:
@@ -193,12 +197,17 @@ def _rebuild_tensor(handle: Tuple[Any, ...], layout: Tuple[int, int, int, Tuple[
                     dtype: "torch.dtype", cls: type, requires_grad: bool) -> "torch.Tensor":
     import torch
     offset, nbytes, storage_offset, size, stride = layout
+    storage = _storage_at(handle, offset, nbytes)
+    return _finish(torch.empty(0, dtype=dtype).set_(storage, storage_offset, size, stride), cls, requires_grad)
+
+
+def _storage_at(handle: Tuple[Any, ...], offset: int, nbytes: int) -> Any:
+    """The untyped storage a handle names: the very storage this process moved into that
+    segment (torch's mapping of it), else ``nbytes`` of nbmp's mapping from ``offset``."""
     mm = _segments.attach(_segments.Handle._make(handle))
     ours = _moved_by_seg.get(handle[1])
-    storage = ours() if ours is not None else None  # a storage this process moved: the same memory, torch's mapping
-    if storage is None:
-        storage = _uint8_over(mm, offset, nbytes).untyped_storage()
-    return _finish(torch.empty(0, dtype=dtype).set_(storage, storage_offset, size, stride), cls, requires_grad)
+    storage = ours() if ours is not None else None
+    return storage if storage is not None else _uint8_over(mm, offset, nbytes).untyped_storage()
 
 
 def _reduce_storage(storage: Any) -> Any:
@@ -210,11 +219,7 @@ def _reduce_storage(storage: Any) -> Any:
     import torch
     untyped = storage if isinstance(storage, torch.UntypedStorage) else storage._untyped_storage
     if untyped.device.type == "cpu" and untyped.nbytes():
-        whole = torch.empty(0, dtype=torch.uint8).set_(untyped)  # a view of all of it: share_ moves its storage
-        found = _storage_segment(whole)
-        if found is None and not untyped.is_shared() and not _pickling.probing():
-            _move(whole)
-            found = _storage_segment(whole)
+        found = _in_segment(torch.empty(0, dtype=torch.uint8).set_(untyped))  # a view of all of it
         if found is not None:
             mapped, offset = found
             dtype = None if untyped is storage else storage.dtype
@@ -231,11 +236,7 @@ def _reduce_storage(storage: Any) -> Any:
 
 def _rebuild_storage(handle: Tuple[Any, ...], offset: int, nbytes: int, dtype: Optional["torch.dtype"]) -> Any:
     import torch
-    mm = _segments.attach(_segments.Handle._make(handle))
-    ours = _moved_by_seg.get(handle[1])
-    untyped = ours() if ours is not None else None  # moved by this process: the very storage
-    if untyped is None:
-        untyped = _uint8_over(mm, offset, nbytes).untyped_storage()
+    untyped = _storage_at(handle, offset, nbytes)
     if dtype is None:
         return untyped
     return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
