@@ -139,6 +139,34 @@ def test_worker_threads_from_the_environment(ctx, monkeypatch):
     assert [p["env"] for p in run_workers(ctx, report_threads, 1)] == [3]
 
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@pytest.mark.parametrize("another_thread", [False, True], ids=["alone", "another-thread"])
+def test_forked_workers_get_the_thread_variables_and_the_parent_keeps_its_own(monkeypatch, another_thread):
+    # Alone, the parent lends its environment to the round of forks and takes it back after;
+    # with another thread alive, each worker sets its own. Either way the same result.
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    openblas = os.environ.get("OPENBLAS_NUM_THREADS")
+    stop = threading.Event()
+    waiter = threading.Thread(target=stop.wait, daemon=True)
+    if another_thread:
+        waiter.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", nbmp.ForkSafetyWarning)  # the waiting thread is a user thread
+            seen = nbmp.spawn(lambda i: [os.environ.get(name) for name in THREAD_VARIABLES], nprocs=2,
+                              start_method="fork")
+    finally:
+        stop.set()
+    budget = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert seen == [[budget] * 3] * 2
+    assert os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in os.environ
+    assert os.environ.get("OPENBLAS_NUM_THREADS") == openblas
+    waiter.join(TIMEOUT) if another_thread else None
+
+
 def report_native_threads(q, k):
     from threadpoolctl import threadpool_info
     with open("/proc/self/status") as status:

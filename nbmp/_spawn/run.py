@@ -26,7 +26,7 @@ from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
-from .output import StreamPrinter
+from .output import StreamPrinter, prepare_writers
 from .args import check_arguments
 from .supervisor import Supervisor, Worker
 from .worker import Job, run
@@ -286,6 +286,8 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
         method = ctx.get_start_method()
         unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
         if method == "fork":  # a worker must not keep the later workers' write ends open
+            if output != "inherit":
+                prepare_writers()
             for k, one in enumerate(unstarted):
                 one.job.inherited = tuple(end.fileno() for later in unstarted[k + 1:] for end in later.ends)
         with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake

@@ -27,5 +27,5 @@ def builtin_handlers(locks: Locks, threads_setting: Callable[[], Optional[int]],
     """nbmp's handlers, in order; the registry hands in the state two of them read (its ForkLocks,
     its thread budget and the budget of the child about to be forked), so that no handler imports
     the registry."""
-    return [Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(),
+    return [Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(coming_threads),
             NativePools(threads_setting, coming_threads), Torch(), Cuda(), Jax()]

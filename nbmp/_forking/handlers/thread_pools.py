@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Optional, Tuple
 
+from ..threads import alone
 from ._base import ForkHandler, Worker
 
 _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
@@ -30,6 +31,10 @@ _count_variables: Dict[str, Any] = {}
 # Library path -> what gives back its count from before the round of forks: lowered in the
 # parent across the round, so that a child has nothing to change (see NativePools._lower).
 _lowered: Dict[str, Callable[[], object]] = {}
+# The thread budget the environment variables hold for the children being forked (set by
+# the parent across a round of forks), or None; and the parent's own values, given back after it.
+_env_lent: Optional[int] = None
+_env_saved: Dict[str, Optional[str]] = {}
 # (BLAS, OpenMP) limits every pool of this process was lowered to for the children being forked,
 # or None: a forked child with those limits changes no pool.
 _inherited: Optional[Tuple[int, int]] = None
@@ -61,9 +66,44 @@ def openmp_threads(worker: Worker) -> int:
 
 
 class ThreadEnvironment(ForkHandler):
-    """Thread-count variables for the pools a worker loads after it starts."""
+    """Thread-count variables for the pools a worker loads after it starts.
+
+    When the forking thread is alone (no other thread can read the environment meanwhile),
+    the parent sets them across the round of forks and gives its own values back after it:
+    each forked child inherits them and sets nothing (the six variables cost a child ~40
+    copy-on-write faults). Otherwise each child sets its own.
+    """
+
+    def __init__(self, coming_threads: Callable[[], int]) -> None:
+        self.coming_threads = coming_threads  # the budget of the child about to be forked
+
+    def before(self) -> None:
+        global _env_lent
+        if not alone():
+            return
+        budget = self.coming_threads()
+        value = str(budget)
+        for name in _ENV_VARS:
+            _env_saved[name] = os.environ.get(name)
+            os.environ[name] = value
+        _env_lent = budget
+
+    def after_in_parent(self) -> None:
+        global _env_lent
+        if _env_lent is None:
+            return
+        _env_lent = None
+        for name, saved in _env_saved.items():
+            if saved is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = saved
 
     def in_child(self, worker: Worker) -> None:
+        global _env_lent
+        lent, _env_lent = _env_lent, None  # the parent's record: this process gives nothing back
+        if worker.forked and lent == worker.threads:
+            return  # inherited from the parent, which set them for this round
         for name in _ENV_VARS:
             os.environ[name] = str(worker.threads)
 
