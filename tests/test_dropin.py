@@ -79,3 +79,33 @@ def test_importing_nbmp_leaves_the_standard_module_alone():
     assert lines[2].startswith("stdlib refused:")
     # the only additions to the stdlib's reducer table are for nbmp's own types
     assert all(mod.startswith("nbmp") for mod in eval(lines[3]))
+
+
+STDIN_SCRIPT = """
+import sys, nbmp
+
+def look(*_):
+    return (sys.stdin.name, sys.stdin.read(), sys.__stdin__.closed)
+
+if __name__ == "__main__":
+    q = nbmp.Queue()
+    p = nbmp.Process(target=lambda: q.put(look()))
+    p.start(); p.join()
+    print(q.get(timeout=30))
+    print(nbmp.spawn(look, nprocs=2))
+    print(nbmp.spawn(lambda i: nbmp.spawn(look, nprocs=1), nprocs=1))  # a worker's own workers
+    with nbmp.Pool(1) as pool:
+        print(pool.apply(look))
+    print(repr(sys.stdin.readline()))  # the parent's own stdin is untouched
+"""
+
+
+def test_a_forked_child_reads_devnull_and_its_inherited_stdin_is_closed():
+    # As the standard library's children: the inherited stdin object closed, sys.stdin on /dev/null.
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", STDIN_SCRIPT], input="parent line\n", capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    seen = ("/dev/null", "", True)
+    assert proc.stdout.splitlines() == [repr(seen), repr([seen] * 2), repr([[seen]]), repr(seen), repr("parent line\n")]

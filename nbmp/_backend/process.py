@@ -123,6 +123,11 @@ class ForkProcess(_NbmpProcess):
     def _Popen(process_obj: process.BaseProcess) -> Any:
         return popen_fork.Popen(process_obj)  # imported above: an import statement here runs importlib's Python code between the forks of a round
 
+    @staticmethod
+    def _after_fork() -> None:
+        popen_fork.take_stdin()  # the /dev/null reader the parent opened (see popen_fork)
+        process.BaseProcess._after_fork()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+
 
 class SpawnProcess(_NbmpProcess):
     """A process started as a fresh interpreter; its target travels by cloudpickle."""
