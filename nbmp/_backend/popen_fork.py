@@ -59,9 +59,13 @@ def _prepare_stdin() -> None:
     if _null_stdin is not None and _null_stdin[0] == os.getpid():
         return
     try:
-        _null_stdin = (os.getpid(), open(os.devnull, encoding="utf-8"))
+        fd = os.open(os.devnull, os.O_RDONLY)
     except OSError:  # no /dev/null: the stdlib's bootstrap does what it does
         _null_stdin = None
+        return
+    # As the stdlib's: the descriptor stays open for the process's life (closefd=False: no
+    # ResourceWarning when the reader is collected at exit).
+    _null_stdin = (os.getpid(), open(fd, encoding="utf-8", closefd=False))
 
 
 def _set_stdin_aside() -> None:
