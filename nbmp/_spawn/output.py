@@ -107,8 +107,8 @@ class StreamPrinter:
 
 # The workers' writers on fds 1 and 2, made in the parent before it forks them (with the pid
 # that made them): a forked worker takes them as they are. Two writers made in a fresh fork
-# cost it ~60 copy-on-write faults (the codec lookup, the encoder, three objects each), against
-# ~10 to take these.
+# cost it ~30 copy-on-write faults more than taking these (the codec lookup, the encoder, three
+# objects each).
 _made: Optional[Tuple[int, TextIO, TextIO]] = None
 
 
