@@ -15,7 +15,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 import numpy  # noqa: F401  (the realistic parent: numpy and torch imported)
 
@@ -83,8 +83,8 @@ def nbmp_pool() -> None:
         assert p.map(lambda i: i, range(NPROCS)) == [0, 1, 2, 3]
 
 
-def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[float]:
-    """Median seconds per row. The rows take turns, run after run, so that a change of
+def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[List[float]]:
+    """Seconds per run, per row. The rows take turns, run after run, so that a change of
     load on a shared machine hits every row alike."""
     for _, fn in rows:
         fn()  # warm-up: imports, a forkserver, caches
@@ -94,7 +94,15 @@ def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[flo
             start = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
+    return times
+
+
+def paired(times: Dict[str, List[float]], row: str, peer: str) -> str:
+    """The median of the per-round ratios ``row / peer``: two rows timed in the same round
+    share that round's load, so this moves less with the machine than the ratio of medians."""
+    if row not in times or peer not in times:
+        return "-"
+    return f"{statistics.median(a / b for a, b in zip(times[row], times[peer])):.2f}×"
 
 
 def main() -> None:
@@ -115,8 +123,9 @@ def main() -> None:
     spawn_rows = [("nbmp.spawn, start_method='spawn'", nbmp_spawn), ("multiprocessing Pool, spawn", pool("spawn"))]
     if torch_mp is not None:
         spawn_rows.append(("torch.multiprocessing.spawn", torch_spawn))
-    results = [(name, t, opts.repeat) for (name, _), t in zip(fork_rows, measure(fork_rows, opts.repeat))]
-    results += [(name, t, opts.repeat_spawn)
+    fork_times = {name: t for (name, _), t in zip(fork_rows, measure(fork_rows, opts.repeat))}
+    results = [(name, statistics.median(t), opts.repeat) for name, t in fork_times.items()]
+    results += [(name, statistics.median(t), opts.repeat_spawn)
                 for (name, _), t in zip(spawn_rows, measure(spawn_rows, opts.repeat_spawn))]
     floor = results[0][1]
     print(f"4 trivial workers, parent with numpy {numpy.__version__}"
@@ -131,6 +140,9 @@ def main() -> None:
                     if TORCH_FORK in by_name else "no torch row")
     print(f"\nnbmp.Pool start + first map: {by_name[NBMP_POOL] / by_name[STD_POOL]:.2f}× the multiprocessing "
           f"Pool's (fork); nbmp.spawn: {versus_torch}")
+    print(f"Median of the per-round ratios (rows timed in the same round): Pool "
+          f"{paired(fork_times, NBMP_POOL, STD_POOL)}, spawn ÷ torch {paired(fork_times, NBMP_SPAWN, TORCH_FORK)}, "
+          f"spawn ÷ floor {paired(fork_times, NBMP_SPAWN, fork_rows[0][0])}")
     if opts.plot:
         _plot.bars(opts.plot, [name for name, _, _ in results], {"median": [t * 1e3 for _, t, _ in results]},
                    title=f"{NPROCS} trivial workers, from the call to all results (parent imported numpy, torch)",
