@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
+import inspect
 import multiprocessing.util
 import os
 import subprocess
 import threading
+import types
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -261,3 +264,35 @@ def test_a_target_that_cannot_take_the_index_is_also_torchs_process_raised_excep
             nbmp.spawn(lambda: 1, nprocs=2)
     assert isinstance(caught.value, TypeError) and caught.value.error_index == 0
     assert "fn is called as fn(i)" in str(caught.value)
+
+
+def _decorated(f):
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        return f(*args, **kwargs)
+    return wrapper
+
+
+SIGNATURES = [lambda: 0, lambda i: 0, lambda i, j: 0, lambda i, j=1: 0, lambda i, *a: 0, lambda *a: 0,
+              lambda i, /, j: 0, lambda i, /: 0, lambda i, *, k: 0, lambda i, *, k=1: 0,
+              lambda i, j=1, *a, k=2, **kw: 0, lambda **kw: 0, _decorated(lambda i, j: 0), functools.partial(_f),
+              print]
+
+
+@pytest.mark.parametrize("fn", SIGNATURES)
+def test_spawns_quick_signature_check_never_lets_through_what_inspect_refuses(fn):
+    # spawn reads a plain function's code object instead of calling inspect.signature (a tenth
+    # of a millisecond before the first fork); anything it cannot tell goes to inspect.
+    from nbmp._spawn.args import _takes
+    for count in range(4):
+        try:
+            inspect.signature(fn).bind(*range(count))
+            takes = True
+        except TypeError:
+            takes = False
+        except ValueError:  # no signature to read (a builtin): spawn lets it through
+            takes = None
+        quick = _takes(fn, count)
+        assert not quick or takes, (count, quick, takes)
+        if type(fn) is types.FunctionType and "__wrapped__" not in fn.__dict__:
+            assert quick == takes, (count, quick, takes)  # a plain function: the quick answer is the answer
