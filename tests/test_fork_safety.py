@@ -160,11 +160,12 @@ def test_forked_workers_get_the_thread_variables_and_the_parent_keeps_its_own(mo
                               start_method="fork")
     finally:
         stop.set()
+        if another_thread:
+            waiter.join(TIMEOUT)
     budget = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert seen == [[budget] * 3] * 2
     assert os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in os.environ
     assert os.environ.get("OPENBLAS_NUM_THREADS") == openblas
-    waiter.join(TIMEOUT) if another_thread else None
 
 
 def report_native_threads(q, k):

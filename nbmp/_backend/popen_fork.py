@@ -19,11 +19,13 @@ import sys
 import threading
 import warnings
 from multiprocessing import popen_fork, util
-from typing import Any, Iterator, Optional, TextIO, Tuple
+from typing import Any, Callable, Generic, Iterator, Optional, TextIO, Tuple, TypeVar
 
 from .. import _forking
 
-__all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round", "take_stdin"]
+__all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round", "MadeForChildren", "take_stdin"]
+
+T = TypeVar("T")
 
 
 # 3.12+ warns in the parent after forking a multi-threaded process (os.fork's own check).
@@ -45,39 +47,67 @@ class _ChildEntry:
         return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
 
 
+class MadeForChildren(Generic[T]):
+    """An object the parent makes once (per process) for the children it forks, and each
+    forked child takes: what a fresh fork would otherwise make again (each object it makes
+    there touches pages it shares with its parent, each a copy-on-write fault).
+
+    ``make`` may raise ``OSError``/``ValueError`` (a descriptor it needs is closed): then
+    nothing is made, and a child makes its own.
+
+    Example::
+
+        >>> writers = MadeForChildren(lambda: open(1, "w", closefd=False))
+        >>> writers.prepare()   # in the parent, before its forks
+        >>> writers.take()      # in a forked child: the parent's object, once; else None
+    """
+
+    __slots__ = ("_make", "_made")
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._made: Optional[Tuple[int, T]] = None  # (the pid that made it, it)
+
+    def prepare(self) -> None:
+        if self._made is not None and self._made[0] == os.getpid():
+            return
+        try:
+            self._made = (os.getpid(), self._make())
+        except (OSError, ValueError):
+            self._made = None
+
+    def take(self) -> Optional[T]:
+        """The object a parent made, in the child it forked (None elsewhere, and after the first
+        take: this process's own children get what it makes)."""
+        made, self._made = self._made, None
+        return None if made is None or made[0] == os.getpid() else made[1]
+
+
+def _devnull_reader() -> TextIO:
+    # As the stdlib's: the descriptor stays open for the process's life (closefd=False: no
+    # ResourceWarning when the reader is collected at exit).
+    return open(os.open(os.devnull, os.O_RDONLY), encoding="utf-8", closefd=False)
+
+
 # The child's stdin. The stdlib's bootstrap closes the inherited one and opens /dev/null in
-# its place (a text reader made in a fresh fork costs it ~35 copy-on-write faults). Opened
-# once here, in the parent (with its pid), a forked child takes it instead: its entry closes
-# the inherited stdin and leaves None, which the stdlib's bootstrap then skips, and the process
-# object's ``_after_fork`` (called right after that) puts this reader in.
-_null_stdin: Optional[Tuple[int, TextIO]] = None
+# its place (a text reader made in a fresh fork costs it ~35 copy-on-write faults). Made once
+# in the parent, a forked child takes it instead: its entry closes the inherited stdin and
+# leaves None, which the stdlib's bootstrap then skips, and the process object's
+# ``_after_fork`` (called right after that) puts this reader in.
+_null_stdin: MadeForChildren[TextIO] = MadeForChildren(_devnull_reader)
 _taken_stdin: Optional[TextIO] = None
 
 
-def _prepare_stdin() -> None:
-    global _null_stdin
-    if _null_stdin is not None and _null_stdin[0] == os.getpid():
-        return
-    try:
-        fd = os.open(os.devnull, os.O_RDONLY)
-    except OSError:  # no /dev/null: the stdlib's bootstrap does what it does
-        _null_stdin = None
-        return
-    # As the stdlib's: the descriptor stays open for the process's life (closefd=False: no
-    # ResourceWarning when the reader is collected at exit).
-    _null_stdin = (os.getpid(), open(fd, encoding="utf-8", closefd=False))
-
-
 def _set_stdin_aside() -> None:
-    global _null_stdin, _taken_stdin
-    made, _null_stdin = _null_stdin, None  # this child's own children get a reader it opens
-    if made is None or made[0] == os.getpid() or sys.stdin is None:
+    global _taken_stdin
+    reader = _null_stdin.take()
+    if reader is None or sys.stdin is None:
         return
     try:
         sys.stdin.close()
     except (OSError, ValueError):
         pass
-    sys.stdin, _taken_stdin = None, made[1]
+    sys.stdin, _taken_stdin = None, reader
 
 
 def take_stdin() -> None:
@@ -168,7 +198,7 @@ class Popen(PeakMemory, popen_fork.Popen):
     def _launch(self, process_obj: Any) -> None:
         in_round = _round.open
         if not _round.quiesced:
-            _prepare_stdin()
+            _null_stdin.prepare()
             _forking.before_fork(getattr(process_obj, "launch", None))
             _round.quiesced = in_round
         try:

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
+from .._backend.popen_fork import MadeForChildren
 from .._base import Event, WorkerOutput
 
 __all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "StreamPrinter", "prepare_writers", "redirect_std_fds"]
@@ -105,44 +106,31 @@ class StreamPrinter:
 # --------------------------------------------------------------------------
 
 
-# The workers' writers on fds 1 and 2, made in the parent before it forks them (with the pid
-# that made them): a forked worker takes them as they are. Two writers made in a fresh fork
-# cost it ~30 copy-on-write faults more than taking these (the codec lookup, the encoder, three
-# objects each).
-_made: Optional[Tuple[int, TextIO, TextIO]] = None
+def _line_writer(fd: int) -> TextIO:
+    return io.open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
+
+
+# The workers' writers on fds 1 and 2, made in the parent before it forks them: a forked
+# worker takes them as they are. Two writers made in a fresh fork cost it ~30 copy-on-write
+# faults more than taking these (the codec lookup, the encoder, three objects each).
+_writers: MadeForChildren[Tuple[TextIO, TextIO]] = MadeForChildren(lambda: (_line_writer(1), _line_writer(2)))
 
 
 def prepare_writers() -> None:
     """In the parent, before forking workers that relay their output: make the writers
     they will take (once per process; the parent never writes through them)."""
-    global _made
-    if _made is not None and _made[0] == os.getpid():
-        return
-    try:
-        _made = (os.getpid(), _line_writer(1), _line_writer(2))
-    except (OSError, ValueError):  # fd 1 or 2 is closed here: each worker makes its own
-        _made = None
+    _writers.prepare()
 
 
 def redirect_std_fds(stdout_fd: int, stderr_fd: int) -> None:
     """In a worker: make fds 1 and 2 the given pipes and ``sys.stdout``/``stderr``
     line-buffered writers on them (a spawned child's would be block-buffered)."""
-    global _made
     previous: List[Any] = [sys.stdout, sys.stderr]
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
-    made, _made = _made, None  # taken: this worker's own workers get writers it makes
-    if made is not None and made[0] != os.getpid():  # made by the parent that forked this worker
-        sys.stdout, sys.stderr = made[1], made[2]
-    else:
-        sys.stdout = _line_writer(1)
-        sys.stderr = _line_writer(2)
+    sys.stdout, sys.stderr = _writers.take() or (_line_writer(1), _line_writer(2))
     for old, new in zip(previous, (sys.stdout, sys.stderr)):
         _reroute(old, new)
-
-
-def _line_writer(fd: int) -> TextIO:
-    return io.open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
 def _reroute(old: Any, new: TextIO) -> None:
