@@ -194,3 +194,17 @@ def test_every_reducer_table_is_read_in_order():
             copyreg.dispatch_table.pop(cls)
         for cls in (ByStdlib, ByBoth):
             ForkingPickler._extra_reducers.pop(cls)
+
+
+@pytest.mark.parametrize("dumps", ["dumps", "dumps_plain"])
+def test_code_sent_by_value_keeps_its_file_name(dumps):
+    # A traceback finds a function's lines by its code's file name (a notebook cell's is
+    # "<ipython-input-...>"); cloudpickle 3.1.3 replaced it with "<dynamic-code>".
+    from nbmp._backend import pickling
+    namespace = {}
+    exec(compile("def outer(k):\n    return lambda x: x + k\n", "<cell-7>", "exec"), namespace)
+    sent = pickling.loads(getattr(pickling, dumps)(namespace["outer"]))
+    assert sent.__code__.co_filename == "<cell-7>"
+    inner = sent(1)
+    assert inner.__code__.co_filename == "<cell-7>"  # a code object nested in the constants
+    assert inner(41) == 42

@@ -23,7 +23,8 @@ import io
 import pickle
 import sys
 import threading
-from types import FunctionType
+from collections import ChainMap
+from types import CodeType, FunctionType
 from multiprocessing import reduction
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, Tuple
 
@@ -32,7 +33,7 @@ import cloudpickle
 from .._base.exceptions import NbmpError
 from . import posix as _posix
 
-__all__ = ["PicklingError", "dumps", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
+__all__ = ["PicklingError", "dumps", "dumps_plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
            "collecting_single_use", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
 
@@ -175,6 +176,48 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
             or _copyreg_reducers.get(cls)
         return NotImplemented if reducer is None else reducer(obj)
+
+
+# --------------------------------------------------------------------------
+# Code objects keep the file they came from
+# --------------------------------------------------------------------------
+
+_cloud_code_reduce: Reducer = _cloud_reducers[CodeType]
+_FILENAME = 10  # co_filename's place among CodeType's constructor arguments (3.8 and later)
+
+
+def _code_reduce(code: CodeType) -> Tuple[Any, ...]:
+    """cloudpickle's reduction of a code object, with the code's own file name kept.
+
+    cloudpickle 3.1.3 writes ``"<dynamic-code>"`` in its place, so that one function
+    always pickles to the same bytes. A traceback finds a line by that name in
+    ``linecache``: a worker's error would show no source line for a function defined in a
+    notebook cell (whose lines the worker inherits by fork or receives with its payload,
+    see :mod:`nbmp._backend.cells`). nbmp's pickles are messages between live processes,
+    not stored artefacts: the source line is worth more than repeatable bytes.
+    """
+    rebuild, args = _cloud_code_reduce(code)
+    if rebuild is CodeType and args[_FILENAME] != code.co_filename:
+        args = (*args[:_FILENAME], code.co_filename, *args[_FILENAME + 1:])
+    return rebuild, args
+
+
+register_reducer(CodeType, _code_reduce)
+
+
+class _PlainPickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no type hints
+    """Plain cloudpickle (no multiprocessing or nbmp reducers: values, not handles), with
+    code objects that keep their file name."""
+
+    dispatch_table = ChainMap({CodeType: _code_reduce}, cloudpickle.Pickler.dispatch_table)
+
+
+def dumps_plain(obj: Any) -> bytes:
+    """``cloudpickle.dumps(obj)``, with the file names of the code it sends by value kept
+    (for a host that shares no memory with this one: every array goes by value)."""
+    with io.BytesIO() as buf:
+        _PlainPickler(buf, cloudpickle.DEFAULT_PROTOCOL).dump(obj)
+        return buf.getvalue()
 
 
 _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})

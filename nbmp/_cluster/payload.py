@@ -18,7 +18,6 @@ import sys
 from itertools import groupby
 from typing import Any, Dict, List, Tuple
 
-import cloudpickle
 
 from .._backend import cells as _cells, pickling as _pickling
 from .._sharing import get_sharing_threshold, is_shared, share
@@ -40,7 +39,7 @@ def payloads(client: Any, fn: Any, args: Tuple[Any, ...], addresses: List[str]) 
         shared = tuple(_shared_if_big(arg) for arg in args)
         placed.update({address: _pickling.dumps((fn, shared, cells)) for address in local})
     if remote:
-        data = cloudpickle.dumps((fn, args, cells))
+        data = _pickling.dumps_plain((fn, args, cells))
         for _, group in groupby(sorted(remote, key=host_of.__getitem__), key=host_of.__getitem__):
             placed.update(_once_per_host(client, data, list(group)))
     return placed

@@ -14,7 +14,6 @@ import itertools
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
-import cloudpickle
 
 from .._backend import pickling as _pickling
 from .._base import RunFinished, RunStarted, TaskProgress, checks as _checks, new_run_id
@@ -300,7 +299,7 @@ def _by_value(func: Any) -> bytes:
     """``func`` pickled once, by value (cloudpickle): every worker of the map unpickles the
     same bytes, so they hold no single-use shared-memory handle; a failure names the culprit."""
     try:
-        return cloudpickle.dumps(func)  # type: ignore[no-any-return]  # cloudpickle is untyped
+        return _pickling.dumps_plain(func)
     except Exception as exc:
         raise _pickling.unpicklable(exc, {"func": func}, "send it to the Dask cluster") from exc
 
