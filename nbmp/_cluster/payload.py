@@ -18,7 +18,6 @@ import sys
 from itertools import groupby
 from typing import Any, Dict, List, Tuple
 
-
 from .._backend import cells as _cells, pickling as _pickling
 from .._sharing import get_sharing_threshold, is_shared, share
 from . import connect

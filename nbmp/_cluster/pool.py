@@ -14,7 +14,6 @@ import itertools
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
-
 from .._backend import pickling as _pickling
 from .._base import RunFinished, RunStarted, TaskProgress, checks as _checks, new_run_id
 from .._pool import WorkerLostError
