@@ -5,6 +5,7 @@ handlers. What other processes on the machine do meanwhile is never counted."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Iterator, Set
 
@@ -49,6 +50,20 @@ def no_leaks() -> Iterator[None]:
     leaks = left_behind(before, GUARD)
     assert not leaks, f"test left behind {describe(leaks)}"
     assert not handlers_left, f"test left fork handlers registered (call .remove() on the handle): {handlers_left}"
+
+
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler (KeyboardInterrupt) for a test that interrupts its own process,
+    or a script it starts as from a terminal.
+
+    Whatever the suite was started with: a shell starts a background job (``make test &``,
+    ``nohup``) with SIGINT ignored, Python then installs no handler, and an ignored signal
+    stays ignored in the programs it starts; the interrupt such a test sends never arrived
+    (it waited for its timeout). An earlier test's handler is put back after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(params=START_METHODS)

@@ -111,13 +111,6 @@ def _interrupt_once_inside(monkeypatch, module, name, call=1):
     monkeypatch.setattr(module, name, interrupted)
 
 
-@pytest.fixture
-def python_sigint():
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # whatever an earlier test left
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 def test_an_interrupted_put_gives_back_the_tickets_it_had_pickled(monkeypatch, python_sigint):
     # Found by the shm-transfer scenario: an interrupt in the middle of a put's pickling left the
     # tickets already made (a shared array's, a moved array's segment) held until the root exited.
@@ -343,7 +336,7 @@ def test_an_interrupt_in_an_arrays_finalizer_is_raised_after_it(python_sigint):
     assert done == ["cleanup finished", "raised later"]
 
 
-def test_an_interrupt_before_an_arrays_release_starts_still_releases_and_is_raised():
+def test_an_interrupt_before_an_arrays_release_starts_still_releases_and_is_raised(python_sigint):
     # The few Python steps of the release callback that run before it holds SIGINT: an interrupt
     # there was printed and dropped by Python, and the segment stayed mapped and held until the
     # root exited (about 1 in 100 shm-transfer trials). nbmp's unraisable hook now runs the

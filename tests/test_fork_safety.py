@@ -510,7 +510,7 @@ def test_nbmp_threads_are_at_a_safe_point_at_every_fork():
         thread.join(TIMEOUT)
 
 
-def test_an_interrupt_cannot_leave_a_fork_lock_held():
+def test_an_interrupt_cannot_leave_a_fork_lock_held(python_sigint):
     # Found by the fault campaign (shm-transfer, 1 trial in 300): an interrupt as a Queue.put's
     # ``with`` took the queue-pickling ForkLock -- after the lock's acquire, before the block --
     # left it held by the main thread, and a Pool's task thread then waited on it for good.
@@ -525,7 +525,6 @@ def test_an_interrupt_cannot_leave_a_fork_lock_held():
             fired.append(True)
             signal.raise_signal(signal.SIGINT)
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.setprofile(profile)
     try:
         with lock:
@@ -534,7 +533,6 @@ def test_an_interrupt_cannot_leave_a_fork_lock_held():
         pass
     finally:
         sys.setprofile(None)
-        signal.signal(signal.SIGINT, previous)
     taken = []
 
     def take():
