@@ -52,15 +52,18 @@ def no_leaks() -> Iterator[None]:
     assert not handlers_left, f"test left fork handlers registered (call .remove() on the handle): {handlers_left}"
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The suite runs as from a terminal, whatever it was started with: a shell starts a
+    background job (``make test &``, ``nohup``) with SIGINT ignored, Python then installs no
+    handler, and an ignored signal stays ignored in the scripts a test starts; the interrupts
+    that tests send to themselves or to such a script never arrived (they waited for their timeout)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 @pytest.fixture
 def python_sigint() -> Iterator[None]:
-    """Python's own SIGINT handler (KeyboardInterrupt) for a test that interrupts its own process,
-    or a script it starts as from a terminal.
-
-    Whatever the suite was started with: a shell starts a background job (``make test &``,
-    ``nohup``) with SIGINT ignored, Python then installs no handler, and an ignored signal
-    stays ignored in the programs it starts; the interrupt such a test sends never arrived
-    (it waited for its timeout). An earlier test's handler is put back after."""
+    """Python's own SIGINT handler for the test, whatever an earlier test left; put back after."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)

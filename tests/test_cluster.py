@@ -144,7 +144,7 @@ def test_join_false_gives_a_context(client):
     assert len(context.workers) == 2 and all(pid > 0 for pid in context.pids())
 
 
-def test_interrupt_stops_every_rank_and_leaves_the_client_usable(client, python_sigint):
+def test_interrupt_stops_every_rank_and_leaves_the_client_usable(client):
     marker = f"/tmp/nbmp-cluster-interrupt-{os.getpid()}"
 
     def sleeper(rank):
@@ -377,7 +377,7 @@ def _ranks_measured(board):
     return runs and all(w.rss for w in runs[0].workers.values())
 
 
-def test_interrupting_a_pool_map_restarts_the_workers_whose_tasks_cannot_stop(own_client, python_sigint):
+def test_interrupting_a_pool_map_restarts_the_workers_whose_tasks_cannot_stop(own_client):
     timer = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     start = time.monotonic()

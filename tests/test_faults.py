@@ -336,7 +336,7 @@ def test_an_interrupt_in_an_arrays_finalizer_is_raised_after_it(python_sigint):
     assert done == ["cleanup finished", "raised later"]
 
 
-def test_an_interrupt_before_an_arrays_release_starts_still_releases_and_is_raised(python_sigint):
+def test_an_interrupt_before_an_arrays_release_starts_still_releases_and_is_raised():
     # The few Python steps of the release callback that run before it holds SIGINT: an interrupt
     # there was printed and dropped by Python, and the segment stayed mapped and held until the
     # root exited (about 1 in 100 shm-transfer trials). nbmp's unraisable hook now runs the

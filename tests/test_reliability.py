@@ -260,7 +260,7 @@ def _live_shared_memory():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("carried_by", ["function", "items"])
-def test_an_interrupted_map_releases_the_shared_arrays_it_carries(ctx, strategy, carried_by, python_sigint):
+def test_an_interrupted_map_releases_the_shared_arrays_it_carries(ctx, strategy, carried_by):
     before = _live_shared_memory()
     parent = os.getpid()
     shared = nbmp.zeros(1 << 16, dtype="uint8")

@@ -70,11 +70,11 @@ def _interrupt_after_the_workers_are_ready(source):
 
 
 @pytest.mark.parametrize("method", START_METHODS)
-def test_ctrl_c_on_the_process_group(method, python_sigint):
+def test_ctrl_c_on_the_process_group(method):
     _interrupt_after_the_workers_are_ready(SCRIPT.format(method=method))
 
 
-def test_ctrl_c_while_the_run_starts(python_sigint):
+def test_ctrl_c_while_the_run_starts():
     _interrupt_after_the_workers_are_ready(SLOW_SUPERVISOR_START + SCRIPT.format(method="fork"))
 
 
@@ -99,7 +99,7 @@ def _open_fds():
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open fds through /proc")
-def test_interrupt_while_the_supervisor_starts_stops_the_run_through_it(monkeypatch, python_sigint):
+def test_interrupt_while_the_supervisor_starts_stops_the_run_through_it(monkeypatch):
     # The race CI once hit: SIGINT landed in Supervisor.start after its thread was
     # running, and cleaning up closed the pipes that thread was reading (EBADF).
     from nbmp._spawn import supervisor as _supervisor
