@@ -291,6 +291,32 @@ def test_events_of_a_run(start_method):
         assert mine[1].line == f"hi {i}" and mine[1].stream == "stdout"
 
 
+class Value:
+    """A return value the test can hold a weak reference to."""
+
+    def __init__(self, i):
+        self.i = i
+
+
+@pytest.mark.parametrize("dashboard", ["off", "text"])
+def test_a_finished_run_keeps_nothing_alive(start_method, dashboard):
+    # Freed by reference counting alone: a cycle through the run's records (its Stop
+    # button held its supervisor, which held the button) kept every worker's value until
+    # the next garbage collection -- or for as long as a shown dashboard kept its button.
+    import gc
+    import weakref
+    gc.collect()
+    gc.disable()
+    try:
+        values = nbmp.spawn(lambda i: Value(i), nprocs=2, start_method=start_method, dashboard=dashboard)
+        assert [v.i for v in values] == [0, 1]
+        refs = [weakref.ref(v) for v in values]
+        del values
+        assert [r() for r in refs] == [None, None]
+    finally:
+        gc.enable()
+
+
 def test_worker_raised_event(start_method):
     recorder = Recorder()
     with pytest.raises(nbmp.ProcessRaisedException):

@@ -17,6 +17,7 @@ What differs from ``torch.multiprocessing.spawn``:
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -240,22 +241,28 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
 
 
 class _StopButton:
-    """The dashboard's Stop button: stops the run's workers, also when pressed while they start."""
+    """The dashboard's Stop button: stops the run's workers, also when pressed while they start.
+
+    It holds the run's supervisor weakly: the supervisor holds the run's sinks, the dashboard's
+    among them, which hold this button, and a shown dashboard outlives its run. A strong
+    reference made a cycle that kept every worker's return value alive until the next garbage
+    collection, or for as long as the dashboard was shown."""
 
     def __init__(self, grace_period: float) -> None:
         self.grace_period = grace_period
-        self._supervisor: Optional[Supervisor] = None
+        self._supervisor: Optional["weakref.ref[Supervisor]"] = None
         self._pressed = False
 
     def attach(self, supervisor: Supervisor) -> None:
-        self._supervisor = supervisor
+        self._supervisor = weakref.ref(supervisor)
         if self._pressed:  # pressed before the run's supervisor existed (stop_by_user is idempotent)
             supervisor.stop_by_user(self.grace_period)
 
     def __call__(self) -> None:
         self._pressed = True
-        if self._supervisor is not None:
-            self._supervisor.stop_by_user(self.grace_period)
+        supervisor = self._supervisor() if self._supervisor is not None else None
+        if supervisor is not None:  # None: not started yet, or ended and gone (nothing to stop)
+            supervisor.stop_by_user(self.grace_period)
 
 
 def _no_flush() -> None:
