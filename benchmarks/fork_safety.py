@@ -2,7 +2,9 @@
 
 1. the cost of nbmp's fork handlers: start + join of a no-op fork worker, numpy and torch loaded;
 2. "fork after compute": the parent runs a parallel torch matmul, two forked workers each run one;
-3. oversubscription: 2 forked workers x 12 numpy 800x800 matmuls after the parent used BLAS.
+3. oversubscription: 2 forked workers x 12 numpy 800x800 matmuls after the parent used BLAS;
+4. the garbage collector: in a parent holding 3 million small objects (a kernel's data), each of
+   2 forked workers builds 800,000 small lists of its own; its private memory and its time.
 
 Each case runs in a fresh interpreter. Prints a Markdown table. Usage:
     PYTHONPATH=. python benchmarks/fork_safety.py
@@ -69,6 +71,26 @@ def child():
 print(run_all(child, 2, 120)[0])
 """,
 }
+
+# Case 4: what a worker's own collections cost when its parent holds many objects.
+GARBAGE = """
+data = [{{"k": i, "v": [i]}} for i in range(1_000_000)]   # 3 million small objects
+q = ctx.SimpleQueue()
+def child():
+    t = time.perf_counter()
+    mine = [[j] for j in range(800_000)]
+    t = time.perf_counter() - t
+    private = 0
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean", "Private_Dirty")):
+                private += int(line.split()[1])
+    q.put((private / 1024, t))
+run_all(child, 2, 120)
+print(max(q.get()[{which}] for _ in range(2)))
+"""
+CASES["parent holds 3M objects; a worker builds 800k lists: its private memory (MB)"] = GARBAGE.replace("{which}", "0")
+CASES["parent holds 3M objects; a worker builds 800k lists: its time (s)"] = GARBAGE.replace("{which}", "1")
 
 
 def measure(peer: str, case: str) -> Optional[str]:

@@ -48,6 +48,39 @@ def run_workers(ctx, target, n, *, ranked=True):
     return [out[k] for k in range(n)]
 
 
+# -- the garbage collector --------------------------------------------------------
+
+
+def collection_faults(i):
+    """A worker's full collection: the pages it faulted, and how many objects are frozen."""
+    import gc
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    gc.collect()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before, gc.get_freeze_count()
+
+
+def test_a_forked_workers_collections_leave_the_parents_objects_alone():
+    held = [[i] for i in range(300_000)]  # ~4,700 pages of containers that a worker inherits
+    (faults, frozen), = nbmp.spawn(collection_faults, nprocs=1, start_method="fork")
+    assert frozen >= len(held)
+    assert faults < 1500, f"a collection in the worker faulted {faults} pages: it examined the parent's objects"
+    with nbmp.Pool(1) as pool:
+        faults, frozen = pool.apply(collection_faults, (0,))
+    assert frozen >= len(held) and faults < 1500
+    assert held[-1] == [299_999]
+
+
+def test_a_handler_can_give_a_worker_back_its_inherited_objects():
+    import gc
+    held = [[i] for i in range(300_000)]
+    with nbmp.register_fork_handler(after_in_child=gc.unfreeze):
+        (faults, frozen), = nbmp.spawn(collection_faults, nprocs=1, start_method="fork")
+    assert frozen == 0
+    assert faults > 3000  # the collection examined (and so copied) every page of `held`
+    assert held[-1] == [299_999]
+
+
 # -- seeds ------------------------------------------------------------------------
 
 

@@ -1,8 +1,10 @@
 """nbmp's built-in fork handlers, one small class per framework (see ``_base.py``).
 
 Order matters as with ``os.register_at_fork``: ``before`` runs in reverse, so logging's
-handlers and nbmp's own threads (first here) are quiesced last and resumed first,
-innermost like the interpreter's own locks. User handlers come after all of these.
+handlers and nbmp's own threads (first here, after the collector's, which has no
+``before``) are quiesced last and resumed first, innermost like the interpreter's own
+locks; in the child the collector's freeze comes first, before any handler allocates.
+User handlers come after all of these.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Callable, List, Optional
 
 from ._base import ForkHandler, ForkSafetyWarning, Worker
 from .cuda import Cuda
+from .garbage_collector import GarbageCollector
 from .jax import Jax
 from .logging_locks import Logging
 from .nbmp_threads import Locks, NbmpThreads
@@ -27,5 +30,5 @@ def builtin_handlers(locks: Locks, threads_setting: Callable[[], Optional[int]],
     """nbmp's handlers, in order; the registry hands in the state two of them read (its ForkLocks,
     its thread budget and the budget of the child about to be forked), so that no handler imports
     the registry."""
-    return [Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(coming_threads),
+    return [GarbageCollector(), Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(coming_threads),
             NativePools(threads_setting, coming_threads), Torch(), Cuda(), Jax()]

@@ -1,0 +1,35 @@
+"""The garbage collector: a forked worker leaves the objects it inherited out of its
+collections (``gc.freeze()`` at its start), as CPython's documentation advises for fork.
+
+A collection writes into the header of every object it examines. In a forked child
+those objects lie in pages shared with the parent, so a collection there copies every
+page that holds a container the parent made: in a kernel holding millions of objects,
+one full collection in a worker costs it hundreds of MB and most of its time (see
+docs/fork_safety.md, "Garbage collection"). Frozen, they are never examined; what the
+worker makes itself is collected as usual. Freezing is O(1): the collector's
+generation lists are spliced, no object is visited.
+
+What it changes in the worker: ``gc.get_objects()`` and ``gc.get_referrers()`` see only
+the objects it made, and a cycle of inherited objects that the worker drops is not freed
+there (its pages are the parent's anyway). ``nbmp.register_fork_handler(after_in_child=gc.unfreeze)``
+gives a worker its inherited objects back.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+from ._base import ForkHandler, Worker
+
+# A free-threaded build (ABI flag "t", 3.13+) freezes by marking every object: the very
+# writes this avoids. There the collector is left as it is.
+_FREEZE_IS_O1 = "t" not in getattr(sys, "abiflags", "")
+
+
+class GarbageCollector(ForkHandler):
+    """In a child nbmp forked: the inherited objects move to the collector's permanent generation."""
+
+    def in_child(self, worker: Worker) -> None:
+        if worker.forked and _FREEZE_IS_O1:
+            gc.freeze()
