@@ -18,8 +18,9 @@ Points 1 and 2 run once for a round of forks (``popen_fork.fork_round``: the wor
 ``spawn`` or a Pool), and the ``before`` handlers learn the thread budget of the round's
 first child (``NativePools`` lowers the parent's OpenMP and OpenBLAS to it, see there).
 
-Only nbmp's own forks run this: nothing is registered with ``os.register_at_fork``,
-so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp.
+Only nbmp's own forks run this: none of it is registered with ``os.register_at_fork``,
+so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp (the sharing layer
+registers at-fork hooks for its own locks and connections only).
 
 For nbmp's own background threads (how the integrator wires them): create a
 ``ForkLock(name)`` and do each unit of the thread's work that touches shared state
