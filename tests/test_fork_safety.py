@@ -68,6 +68,10 @@ def test_a_forked_workers_collections_leave_the_parents_objects_alone():
     with nbmp.Pool(1) as pool:
         faults, frozen = pool.apply(collection_faults, (0,))
     assert frozen >= len(held) and faults < 1500
+    import multiprocessing
+    with multiprocessing.get_context("fork").Pool(1) as pool:  # a plain fork: left as without nbmp
+        faults, frozen = pool.apply(collection_faults, (0,))
+    assert frozen == 0 and faults > 3000
     assert held[-1] == [299_999]
 
 
