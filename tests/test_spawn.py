@@ -4,6 +4,7 @@ once per start method, plus nbmp's extensions (return values, lambdas, events)."
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import pickle
 import re
@@ -505,3 +506,36 @@ def test_torch_tensors_come_back(start_method):
     torch = pytest.importorskip("torch")
     values = nbmp.spawn(lambda i, t: t * i, args=(torch.ones(3),), nprocs=2, start_method=start_method)
     assert [v.tolist() for v in values] == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]]
+
+
+# -- the fork server's preload ----------------------------------------------------
+
+SERVER_HAS_NUMPY = """
+import json, os, sys
+{imports}
+import nbmp
+{setup}
+
+def numpy_in_the_server(i):
+    # A forkserver worker's OS parent is the fork server: what it had loaded when it forked this worker.
+    with open(f"/proc/{{os.getppid()}}/maps") as maps:
+        return "_multiarray_umath" in maps.read()
+
+if __name__ == "__main__":
+    print(json.dumps(nbmp.spawn(numpy_in_the_server, nprocs=2, start_method="forkserver")))
+"""
+
+needs_forkserver = pytest.mark.skipif("forkserver" not in nbmp.get_all_start_methods() or not os.path.exists("/proc/self/maps"),
+                                      reason="forkserver, and /proc to look into the server")
+
+
+@needs_forkserver
+@pytest.mark.parametrize("imports, setup, expected", [
+    ("import numpy", "", [True, True]),  # the parent's frameworks are loaded once, in the server
+    ("", "", [False, False]),  # never one the parent has not imported
+    ("import numpy", "nbmp.set_forkserver_preload(['__main__'])", [False, False]),  # a user's list stands
+], ids=["parent-has-numpy", "parent-without-numpy", "user-preload"])
+def test_the_fork_server_preloads_the_parents_frameworks(imports, setup, expected):
+    from helpers import run_main
+    out = run_main(SERVER_HAS_NUMPY.format(imports=imports, setup=setup))
+    assert json.loads(out.strip().splitlines()[-1]) == expected

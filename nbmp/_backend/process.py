@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 from .. import _forking
 from .._base import checks as _checks
 from . import cells as _cells, pickling as _pickling, popen_fork, posix as _posix
+from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
@@ -155,5 +156,6 @@ class ForkServerProcess(_NbmpProcess):
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
         from multiprocessing.popen_forkserver import Popen
+        _forkserver.preload_frameworks()  # before the server starts: nbmp and the parent's frameworks, loaded once there
         return Popen(process_obj)
 

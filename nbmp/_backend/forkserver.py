@@ -1,0 +1,48 @@
+"""The fork server's preload: nbmp and the frameworks the parent has imported, loaded once
+in the server rather than in every worker.
+
+A forkserver worker is forked from a small server process, not from the parent, so it
+starts without the parent's modules: each worker imports what its target needs after the
+fork (torch alone takes seconds on 2 cores), and does so again in the next run. The
+standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is never told the
+main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
+and those of :data:`FRAMEWORKS` that the parent has imported: the server imports them once,
+and every worker is forked with them loaded (measured: 4 workers whose target uses torch,
+2.4-2.8 s a run before, 60 ms after; see docs/spawn.md). nbmp never imports a framework
+the parent has not.
+
+A preload list the user set (``set_forkserver_preload``, nbmp's or the standard
+module's: it is one server) is left as it is, and so is a server already running. The
+server is the standard module's and is shared with plain ``multiprocessing``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, List, Optional, Tuple
+
+try:
+    from multiprocessing import forkserver
+except ImportError:  # a platform without the forkserver start method
+    forkserver = None  # type: ignore[assignment]
+
+__all__ = ["FRAMEWORKS", "preload_frameworks"]
+
+FRAMEWORKS: Tuple[str, ...] = ("numpy", "scipy", "pandas", "torch")
+"""Imported in the fork server when the parent has imported them: heavy to import, and safe
+in a process that forks (none keeps a thread running across a fork: OpenBLAS, loaded by numpy
+and scipy, stops its pool before each fork itself)."""
+
+# The process's one server (stdlib private; typeshed leaves its attributes out), and the
+# preload list the standard module made for it: any other list was set by a user.
+# Noted when nbmp is imported, before a user can set a list.
+_SERVER: Any = getattr(forkserver, "_forkserver", None)
+_STANDARD_PRELOAD: Optional[List[str]] = getattr(_SERVER, "_preload_modules", None)
+
+
+def preload_frameworks() -> None:
+    """Before this process first starts a forkserver worker: extend the server's preload list
+    with ``nbmp`` and the :data:`FRAMEWORKS` imported here, unless a user set the list."""
+    if _STANDARD_PRELOAD is None or _SERVER._forkserver_pid is not None or _SERVER._preload_modules is not _STANDARD_PRELOAD:
+        return
+    _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *(name for name in FRAMEWORKS if name in sys.modules)]
