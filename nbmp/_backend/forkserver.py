@@ -8,7 +8,7 @@ standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is neve
 main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
 and those of :data:`FRAMEWORKS` that the parent has imported: the server imports them once,
 and every worker is forked with them loaded (measured: 4 workers whose target uses torch,
-2.4-2.8 s a run before, 60 ms after; see docs/spawn.md). nbmp never imports a framework
+2.4-2.8 s a run before, 60-110 ms after; see docs/dropin.md). nbmp never imports a framework
 the parent has not.
 
 A preload list the user set (``set_forkserver_preload``, nbmp's or the standard
