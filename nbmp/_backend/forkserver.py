@@ -28,10 +28,11 @@ except ImportError:  # a platform without the forkserver start method
 
 __all__ = ["FRAMEWORKS", "preload_frameworks"]
 
-FRAMEWORKS: Tuple[str, ...] = ("numpy", "scipy", "pandas", "torch")
+FRAMEWORKS: Tuple[str, ...] = ("numpy", "scipy", "torch")
 """Imported in the fork server when the parent has imported them: heavy to import, and safe
 in a process that forks (none keeps a thread running across a fork: OpenBLAS, loaded by numpy
-and scipy, stops its pool before each fork itself)."""
+and scipy, stops its pool before each fork itself). Not pandas: importing it can start
+numexpr's thread pool, and a server forking with threads alive is what 3.12+ warns about."""
 
 # The process's one server (stdlib private; typeshed leaves its attributes out), and the
 # preload list the standard module made for it: any other list was set by a user.
