@@ -75,6 +75,28 @@ def test_a_forked_workers_collections_leave_the_parents_objects_alone():
     assert held[-1] == [299_999]
 
 
+def test_a_workers_collection_runs_no_finalizer_of_the_parents_garbage(tmp_path):
+    import gc
+    marker = tmp_path / "finalized"
+
+    class Cyclic:
+        def __init__(self):
+            self.me = self
+
+        def __del__(self):
+            marker.write_text(str(os.getpid()))
+
+    gc.disable()
+    try:
+        Cyclic()  # garbage in a cycle: the parent's next collection finalizes it
+        finalized_in_worker = nbmp.spawn(lambda i: (gc.collect(), marker.exists())[1], nprocs=1, start_method="fork")
+    finally:
+        gc.enable()
+    assert finalized_in_worker == [False]  # unfrozen, the worker's collection ran __del__ there
+    gc.collect()
+    assert marker.read_text() == str(os.getpid())  # once, in the process that made it
+
+
 def test_a_handler_can_give_a_worker_back_its_inherited_objects():
     import gc
     held = [[i] for i in range(300_000)]
