@@ -75,16 +75,28 @@ BUSY_POOL = """
             pass  # "I am busy": the test reads the pids from the directory
         time.sleep(60)
 
-    pool = nbmp.get_context(sys.argv[1]).Pool(2)
-    pool.map_async(busy, range(2), chunksize=1)
+    def make():
+        pool = nbmp.get_context(sys.argv[1]).Pool(2)
+        pool.map_async(busy, range(2), chunksize=1)
+        return pool
+
+    if sys.argv[3] == "thread":  # started by a thread that ends: their parent-death signal differs
+        import threading
+        made = []
+        maker = threading.Thread(target=lambda: made.append(make()))
+        maker.start()
+        maker.join()
+    else:
+        pool = make()
     time.sleep(120)
 """
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("starter", ["main thread", "thread"])
 @pytest.mark.parametrize("method", START_METHODS)
-def test_pool_workers_die_when_their_parent_is_killed(method, tmp_path):
-    script = _start_script(BUSY_POOL, method, str(tmp_path))
+def test_pool_workers_die_when_their_parent_is_killed(method, starter, tmp_path):
+    script = _start_script(BUSY_POOL, method, str(tmp_path), starter)
     try:
         workers = _busy_workers(script, tmp_path, 2, timeout=60)
         os.kill(script.pid, signal.SIGKILL)
@@ -94,13 +106,79 @@ def test_pool_workers_die_when_their_parent_is_killed(method, tmp_path):
         while alive and time.monotonic() < deadline:
             alive = [pid for pid in workers if _alive(pid)]
             time.sleep(0.05)
-        assert alive == [], f"Pool workers {alive} outlived their killed parent ({method})"
+        assert alive == [], f"Pool workers {alive} outlived their killed parent ({method}, started by the {starter})"
         # The rest of the session (the resource tracker, a fork server) ends by itself and
         # cleans up after the script (its named semaphores): give it the time to.
         _wait_gone(script.pid, 10)
     finally:
         _kill_session(script.pid)
         script.communicate()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_workers_started_by_a_thread_outlive_the_thread(method):
+    # Linux's parent-death signal follows the thread that forked: a Pool made in a thread
+    # lost its workers (SIGTERM) when the thread ended, and a Pool's replacement workers,
+    # which its worker-handler thread starts, died when that thread ended on close().
+    made: List[Any] = []
+    maker = threading.Thread(target=lambda: made.append(nbmp.get_context(method).Pool(2)))
+    maker.start()
+    maker.join()
+    pool = made[0]
+    try:
+        workers = list(pool._pool)
+        time.sleep(0.5)  # a signalled worker is dead well within this
+        assert [w.exitcode for w in workers] == [None, None], f"the workers died with the thread that started them ({method})"
+        ran_in = set(pool.map(lambda _: os.getpid(), range(8), chunksize=1))
+        assert ran_in <= {w.pid for w in workers}, "the tasks ran in replacements of the first workers"
+    finally:
+        pool.terminate()
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_a_pool_whose_workers_are_replaced_joins(method):
+    # CPython's test_pool_worker_lifetime_early_close hung once in 30-60 runs under spawn:
+    # a replacement worker, killed as its starter thread ended, left a notice behind the
+    # result thread's sentinel, and the thread waited for a message after it forever.
+    ctx = nbmp.get_context(method)
+    for trial in range(4):
+        with ctx.Pool(3, maxtasksperchild=1) as pool:
+            results = [pool.apply_async(_square_slowly, (i,)) for i in range(6)]
+            pool.close()
+            pool.join()
+            assert [r.get(timeout=0) for r in results] == [i * i for i in range(6)], f"trial {trial}"
+            assert all(w.exitcode == 0 for w in pool._pool), [(w.pid, w.exitcode) for w in pool._pool]
+
+
+def _square_slowly(x: int) -> int:
+    time.sleep(0.1)
+    return x * x
+
+
+@pytest.mark.timeout(60)
+def test_a_notice_after_the_results_ends_the_result_thread_s_read():
+    # The stdlib's result thread, past its sentinel, reads once for each message poll() says
+    # is queued; a notice is no result, and the reader waited for one after it, forever.
+    from nbmp._pool.worker import Notice
+    pool = nbmp.Pool(1)
+    pool.close()
+    pool.join()
+    here, there = nbmp.Pipe(duplex=False)
+    try:
+        get = pool._watch.reader(here.recv, here.poll)
+        there.send(Notice("bad-task", payload=ValueError("late")))
+        got: List[Any] = []
+        reading = threading.Thread(target=lambda: got.append(get()), daemon=True)
+        reading.start()
+        reading.join(10)
+        assert not reading.is_alive(), "the reader waited for a message after a notice, with the Pool closed and idle"
+        assert got == [None]
+    finally:
+        there.send(None)  # frees a reader that waits (the test has failed then)
+        here.close()
+        there.close()
 
 
 def _busy_workers(script: subprocess.Popen, where: Any, n: int, timeout: float) -> List[int]:

@@ -69,9 +69,12 @@ def prepare() -> None:
 def die_with_parent(parent_pid: int, direct: bool) -> None:
     """End this worker (SIGTERM) when ``parent_pid``, the process that started it, dies.
 
-    ``direct``: ``parent_pid`` is our OS parent (fork, spawn), so Linux's
-    parent-death signal does it. Under forkserver the OS parent is the fork server,
-    which outlives the run (its children keep it alive), so a thread watches the
+    ``direct``: ``parent_pid`` is our OS parent (fork, spawn) and its main thread forked
+    us, so Linux's parent-death signal does it. That signal follows the *thread* that
+    forked, not the process (prctl(2)): a child started from another thread (a Pool's
+    replacement workers come from its worker-handler thread) would be killed when that
+    thread ends, the parent alive. Such a child, and one started under forkserver (whose
+    OS parent is the fork server, which outlives the run), get a thread that watches the
     starter through a pidfd instead.
     """
     if DEATH_SIGNAL is None or not sys.platform.startswith("linux"):

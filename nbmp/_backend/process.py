@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from multiprocessing import process
 from typing import Any, Callable, Optional, Protocol, Tuple
 
@@ -78,8 +79,9 @@ class _NbmpProcess(process.BaseProcess):
 
     def start(self) -> None:
         """Start the child; it applies nbmp's fork-safety settings of this moment."""
-        if self.launch.parent != os.getpid():  # not stamped already by its starter, just before (see stamp)
-            self.launch = _forking.stamp(self.launch)
+        launch = self.launch
+        if launch.parent != os.getpid() or launch.main_thread != (threading.current_thread() is threading.main_thread()):
+            self.launch = _forking.stamp(launch)  # not stamped already by its starter, just before, here (see stamp)
         if not self.launch.worker:
             super().start()
             return
@@ -93,7 +95,9 @@ class _NbmpProcess(process.BaseProcess):
         if self.launch.worker:
             _posix.ignore_interrupts()
             parent = self.launch.parent
-            _posix.die_with_parent(parent, direct=os.getppid() == parent)  # forkserver: the server is the OS parent
+            # Not direct under forkserver (the server is the OS parent), nor when a thread other
+            # than the main one started us (the death signal would come when that thread ends).
+            _posix.die_with_parent(parent, direct=os.getppid() == parent and self.launch.main_thread)
         elif os.getppid() != self._parent_pid:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
             # Forked by a fork server that nbmp started while SIGINT was blocked for its
             # workers: a plain Process gets the standard behaviour back.

@@ -24,7 +24,8 @@ class Launch:
     ``index``: its rank in its run (None: its start order); ``nprocs``: the run's size
     (0: unknown); ``worker``: a spawn or Pool worker, which ignores SIGINT from its start
     and dies with its parent; set at start: ``parent`` (the starting process's pid),
-    ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or None),
+    ``main_thread`` (started from that process's main thread: Linux's parent-death
+    signal follows the *thread* that forked, see ``posix.die_with_parent``), ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or None),
     and, worked out then in the parent, the child's ``seed`` and thread ``budget``
     (0: not worked out).
 
@@ -38,6 +39,7 @@ class Launch:
     nprocs: int = 0
     worker: bool = False
     parent: int = 0
+    main_thread: bool = False
     base_seed: Optional[int] = None
     threads: Optional[int] = None
     seed: Optional[int] = None

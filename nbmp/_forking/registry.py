@@ -116,16 +116,18 @@ def fork_settings() -> Dict[str, Any]:
 
 def stamp(launch: Launch) -> Launch:
     """``launch`` completed at ``start()`` with what the child needs of this moment: the
-    parent's pid, the seed to derive from, the thread budget, and an index (its start
-    order) if the starter gave none. A starter that starts several processes in one round
-    of forks (``spawn``, a Pool) stamps them itself just before, and ``start()`` keeps a
-    launch this process stamped: one thing less between two forks."""
+    parent's pid, whether this is its main thread, the seed to derive from, the thread
+    budget, and an index (its start order) if the starter gave none. A starter that starts
+    several processes in one round of forks (``spawn``, a Pool) stamps them itself just
+    before, in the thread that starts them, and ``start()`` keeps a launch this process and
+    thread stamped: one thing less between two forks."""
     # The constructor, not dataclasses.replace (which reads every field's definition): this
     # may run between two forks of a round, where each page written is copied once per child.
     # The child's seed and thread budget are worked out here, in the parent, not in each
     # child (where each object its work touches is a copy-on-write fault).
     index, threads = next(_started) if launch.index is None else launch.index, worker_threads_setting()
-    return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(), base_seed=_base_seed,
+    return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(),
+                  main_thread=threading.current_thread() is threading.main_thread(), base_seed=_base_seed,
                   threads=threads, seed=_derive_seed(_base_seed, index), budget=_budget(threads, launch.nprocs))
 
 

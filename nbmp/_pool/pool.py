@@ -148,7 +148,7 @@ class Pool(_stdpool.Pool):
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
         for queue_ in (self._inqueue, self._outqueue):  # a map's chunks and results in flight at once
             _posix.widen_pipe(queue_._writer.fileno())
-        self._quick_get = self._watch.reader(self._outqueue._reader.recv)
+        self._quick_get = self._watch.reader(self._outqueue._reader.recv, self._outqueue._reader.poll)
         self._quick_put = self._watch.sender(self._inqueue._writer.send)
 
     @classmethod

@@ -273,8 +273,13 @@ class Watch:
             for release in releases:
                 release()
 
-    def reader(self, recv: Callable[[], Any]) -> Callable[[], Any]:
-        """Wrap the result queue's ``recv``: notices are handled here, results pass through."""
+    def reader(self, recv: Callable[[], Any], poll: Callable[[], bool]) -> Callable[[], Any]:
+        """Wrap the result queue's ``recv``: notices are handled here, results pass through.
+
+        A notice is no result, so after one ``get`` reads on, unless the Pool no longer runs,
+        no call waits and nothing more is queued: then it returns None, the stdlib's sentinel.
+        (The stdlib's result thread, past its sentinel, drains what ``poll`` says is queued,
+        one ``get`` each: waiting there for a message after a late notice hung ``join``.)"""
         def get() -> Any:
             while True:
                 try:
@@ -294,7 +299,13 @@ class Watch:
                     self.handle(message)
                 except Exception:  # never let a report kill the Pool's result thread
                     traceback.print_exc()
+                if not self.cache and self._closed() and not poll():
+                    return None
         return get
+
+    def _closed(self) -> bool:
+        pool = self._pool()
+        return pool is None or pool._state != RUN
 
     def handle(self, notice: Notice) -> None:
         """Fail the call(s) a notice concerns."""
