@@ -10,6 +10,7 @@ import pickle
 import re
 import signal
 import sys
+import threading
 import time
 
 import psutil
@@ -433,6 +434,30 @@ if __name__ == "__main__":
         proc.wait()
         proc.stdout.close()
     assert _wait_gone(pids) == []
+
+
+def test_workers_outlive_the_thread_that_started_them(start_method):
+    # The kernel's parent-death signal follows the thread that forked: workers that a thread
+    # started were killed (SIGTERM) when it ended, their parent alive.
+    started: list = []
+    starter = threading.Thread(target=lambda: started.append(
+        nbmp.spawn(_sleep_then_rank, args=(1.0,), nprocs=2, join=False, start_method=start_method)))
+    starter.start()
+    starter.join()
+    context = started[0]
+    try:
+        while not context.join(timeout=TIMEOUT):
+            pass
+    finally:
+        for process in context.processes:
+            process.kill()
+            process.join()
+    assert context.results == [0, 1]
+
+
+def _sleep_then_rank(i, seconds):
+    time.sleep(seconds)
+    return i
 
 
 def _sleeping(pid):
