@@ -168,7 +168,9 @@ def test_a_notice_after_the_results_ends_the_result_thread_s_read():
     here, there = nbmp.Pipe(duplex=False)
     try:
         get = pool._watch.reader(here.recv, here.poll)
+        there.send(None)  # the stdlib's sentinel, then a death's notice
         there.send(Notice("bad-task", payload=ValueError("late")))
+        assert get() is None
         got: List[Any] = []
         reading = threading.Thread(target=lambda: got.append(get()), daemon=True)
         reading.start()

@@ -118,6 +118,7 @@ class Watch:
         # task's pickle carries, until its result arrives; called if the Pool is terminated.
         self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
         self.listeners: Dict[int, Callable[[WorkerExited], None]] = {}  # job -> see listening()
+        self.sentinel_read = False  # the result thread has read the stdlib's end-of-results (see reader)
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -276,10 +277,12 @@ class Watch:
     def reader(self, recv: Callable[[], Any], poll: Callable[[], bool]) -> Callable[[], Any]:
         """Wrap the result queue's ``recv``: notices are handled here, results pass through.
 
-        A notice is no result, so after one ``get`` reads on, unless the Pool no longer runs,
-        no call waits and nothing more is queued: then it returns None, the stdlib's sentinel.
-        (The stdlib's result thread, past its sentinel, drains what ``poll`` says is queued,
-        one ``get`` each: waiting there for a message after a late notice hung ``join``.)"""
+        A notice is no result, so after one ``get`` reads on, unless the stdlib's sentinel
+        came already, no call waits and nothing more is queued: then it returns None. (The
+        stdlib's result thread, past its sentinel, drains what ``poll`` says is queued, one
+        ``get`` each: waiting there for a message after a late notice hung ``join``. Before
+        the sentinel a call may still come: a Pool that a notice closed takes one that
+        passed its check a moment before.)"""
         def get() -> Any:
             while True:
                 try:
@@ -291,6 +294,7 @@ class Watch:
                     return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
                     if message is None:
+                        self.sentinel_read = True
                         return None
                     if self.unread:
                         self.unread.pop((message[0], message[1]), None)  # its task was read
@@ -299,13 +303,9 @@ class Watch:
                     self.handle(message)
                 except Exception:  # never let a report kill the Pool's result thread
                     traceback.print_exc()
-                if not self.cache and self._closed() and not poll():
+                if self.sentinel_read and not self.cache and not poll():
                     return None
         return get
-
-    def _closed(self) -> bool:
-        pool = self._pool()
-        return pool is None or pool._state != RUN
 
     def handle(self, notice: Notice) -> None:
         """Fail the call(s) a notice concerns."""
