@@ -173,6 +173,32 @@ def test_map_async_and_close_join_do_not_hang_on_a_dead_worker(ctx):
     pool.join()
 
 
+@pytest.mark.timeout(120)
+def test_a_worker_killed_reading_a_task_breaks_the_pool_and_join_ends(ctx):
+    # The task stream is cut mid-message and its lock is the dead worker's: the call fails,
+    # the Pool closes, and join() must still end (the task thread was left writing the rest
+    # of the task into a pipe nobody read, and the other worker waited on the lock).
+    from nbmp._pool.worker import PHASE, RECEIVING
+    pool = ctx.Pool(2)
+    try:
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+        result = pool.apply_async(len, (b"x" * (256 << 20),))  # takes a while to cross the pipe
+        deadline, victim = time.monotonic() + TIMEOUT, None
+        while victim is None and time.monotonic() < deadline:
+            victim = next((w for w in list(pool._watch.workers) if w.slot.view[PHASE] == RECEIVING), None)
+        assert victim is not None, "no worker was seen reading the big task"
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        with pytest.raises(nbmp.WorkerLostError, match="while reading a task"):
+            result.get(TIMEOUT)
+        with pytest.raises(ValueError, match="Pool not running: it was closed because a worker died while reading a task"):
+            pool.map(abs, [1])
+        pool.close()
+        pool.join()
+        assert all(w.exitcode is not None for w in pool._pool)
+    finally:
+        pool.terminate()
+
+
 def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
     def init() -> None:
         raise RuntimeError("no GPU here")

@@ -166,8 +166,11 @@ class Pool(_stdpool.Pool):
         # Read, not loaded: the tasks are thrown away, and loading one would map its arrays and
         # ask the janitor for each (seen hanging behind the task thread's own request under
         # load); their tickets are given back by release_unread() once the workers are gone.
+        # Bytes, not messages: a stream that a worker died reading is cut mid-message, and
+        # its framing read from there asks for gigabytes.
+        fd = inqueue._reader.fileno()
         while task_handler.is_alive() and inqueue._reader.poll():
-            inqueue._reader.recv_bytes()
+            os.read(fd, 1 << 20)
             time.sleep(0)
 
     def terminate(self) -> None:
@@ -181,7 +184,13 @@ class Pool(_stdpool.Pool):
         self._drop_queues()
 
     def join(self) -> None:
-        """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`)."""
+        """Wait for the workers to exit (after :meth:`close` or :meth:`terminate`).
+
+        A Pool that a worker's death broke (its pending calls failed, and it closed itself)
+        is terminated here: its other workers may wait on a task stream the dead one cut
+        mid-message, or on a queue lock it held, and would never exit by themselves."""
+        if self._watch.broken is not None and self._state == _stdpool.CLOSE:
+            self.terminate()
         super().join()
         self._watch.stop()
         self._watch.release_unread()
@@ -285,21 +294,34 @@ class Pool(_stdpool.Pool):
             raise
 
     @classmethod
-    def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, *args: Any) -> None:
-        # terminate() kills workers mid-way; one killed while writing a result holds the
-        # result queue's lock, which the stdlib's task thread then waits on forever.
-        threading.Thread(target=_free_result_lock, args=(outqueue, list(pool)), daemon=True).start()
-        super()._terminate_pool(taskqueue, inqueue, outqueue, pool, *args)  # type: ignore[misc]  # stdlib private
+    def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, change_notifier: Any,
+                        worker_handler: Any, task_handler: Any, *args: Any) -> None:
+        # terminate() kills workers mid-way, and the stdlib's task thread, which it then joins,
+        # may wait on what a dead worker held: see _unblock_task_thread.
+        threading.Thread(target=_unblock_task_thread, args=(inqueue, outqueue, list(pool), task_handler),
+                         daemon=True).start()
+        super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
+                                worker_handler, task_handler, *args)
 
 
-def _free_result_lock(outqueue: Any, workers: List[Any]) -> None:
-    """Once every worker is dead, a held result-queue lock is a dead worker's: free it."""
+def _unblock_task_thread(inqueue: Any, outqueue: Any, workers: List[Any], task_handler: Any) -> None:
+    """Once every worker is dead, free the task thread from what they left it waiting on: the
+    result queue's lock (a worker killed while writing a result held it), and a full task pipe
+    (a task bigger than the pipe, written while the worker reading it was killed: nobody reads
+    the rest). The pipe is drained as bytes, until the thread ends."""
     wait([w.sentinel for w in workers if w._popen is not None], timeout=30)
     lock = outqueue._wlock
     if lock is not None and not lock.acquire(timeout=1.0):
         lock.release()  # a Lock has no owner; its holder is dead
     elif lock is not None:
         lock.release()
+    reader, deadline = inqueue._reader, time.monotonic() + 60
+    try:
+        while task_handler.is_alive() and time.monotonic() < deadline:
+            if reader.poll(0.05):
+                os.read(reader.fileno(), 1 << 20)
+    except (OSError, ValueError):  # the Pool let its queues go meanwhile (closed): nothing left to drain
+        pass
 
 
 def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:

@@ -345,10 +345,10 @@ class Watch:
         self.broken_error = error
         if self.inqueue is not None:  # None: the Pool already let its queues go
             BROKEN_QUEUES.add(self.inqueue)
-        self._fail_all(error)
         pool = self._live_pool()
-        if pool is not None:
+        if pool is not None:  # closed first: a caller woken by the failures below must find it closed
             pool.close()
+        self._fail_all(error)
 
     @contextlib.contextmanager
     def listening(self, job: int, listener: Callable[[WorkerExited], None]) -> Iterator[None]:
