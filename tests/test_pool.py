@@ -199,6 +199,41 @@ def test_a_worker_killed_reading_a_task_breaks_the_pool_and_join_ends(ctx):
         pool.terminate()
 
 
+def _worker_loop_locals() -> dict:
+    """The queues and slot of the nbmp worker loop running this task (its frame's locals)."""
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "worker" and "slot" in frame.f_locals):
+        frame = frame.f_back
+    assert frame is not None, "not run by nbmp's Pool worker loop"
+    return frame.f_locals
+
+
+def _die_just_after_taking_the_task_lock() -> None:
+    from nbmp._pool.worker import IDLE, PHASE
+    here = _worker_loop_locals()
+    here["inqueue"]._rlock.acquire()
+    here["slot"][PHASE] = IDLE  # as if killed between taking the lock and saying so
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_just_after_taking_the_result_lock() -> None:
+    here = _worker_loop_locals()
+    here["outqueue"]._wlock.acquire()  # its phase still says RUNNING
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_the_instant_it_took_a_queue_lock_leaves_the_pool_usable(ctx):
+    # A worker stores its phase just after taking a queue lock; killed in between, it left the
+    # lock taken for good and every later call of the Pool hung.
+    with ctx.Pool(2) as pool:
+        pool.apply_async(_die_just_after_taking_the_task_lock)  # its slot says IDLE: nothing lost, never answered
+        assert pool.map(abs, range(-6, 0), chunksize=1) == [6, 5, 4, 3, 2, 1]
+        with pytest.raises(nbmp.WorkerLostError):
+            pool.apply(_die_just_after_taking_the_result_lock)
+        assert pool.map(abs, range(-6, 0), chunksize=1) == [6, 5, 4, 3, 2, 1]
+
+
 def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
     def init() -> None:
         raise RuntimeError("no GPU here")

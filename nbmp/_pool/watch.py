@@ -26,6 +26,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import traceback
 import weakref
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
 from .worker import Slot, timed, worker
-from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RUNNING, SENDING, SENT, WAITING, Notice
+from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
 __all__ = ["Watch", "BROKEN_QUEUES"]
 
@@ -224,14 +225,11 @@ class Watch:
 
     def _report(self, w: _Worker, code: int) -> None:
         phase = w.slot.view[PHASE]
-        if phase == IDLE or self._live_pool() is None:
-            return  # nothing was lost, or the Pool is being terminated on purpose
-        if phase == WAITING:  # a Lock has no owner: any process may release it
-            return _release(self.inqueue._rlock)
-        if phase in (SENDING, SENT):
-            _release(self.outqueue._wlock)
-            if phase == SENT:
-                return
+        if self._live_pool() is None:
+            return  # the Pool is being terminated on purpose
+        self._free_locks(phase, code)
+        if phase in (IDLE, WAITING, SENT):
+            return  # nothing was lost
         if phase == INIT and code < 0:
             # Killed while starting: no task was held. Only a repeated start-up death
             # (a crashing initializer) makes the Pool unusable.
@@ -241,6 +239,41 @@ class Watch:
         kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
         end = WorkerExited(0, w.index, code, pid=w.proc.pid or 0, rss=peak_rss(w.proc) or w.rss)
         self._post(Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (end, phase)))
+
+    def _free_locks(self, phase: int, code: int) -> None:
+        """Free the queue locks a dead worker held (a Lock has no owner: any process may
+        release it). WAITING and SENDING are stored while the lock is held, so they say it
+        is. A worker killed by a signal may also have died in the instant between taking a
+        lock and storing its phase (IDLE: the task lock; RUNNING, INIT, DECODING: the result
+        lock) or between giving it back and storing the next (SENT): then the lock is the
+        dead one's only if it stays taken while no live worker says it holds it."""
+        rlock, wlock = self.inqueue._rlock, self.outqueue._wlock
+        if phase == WAITING:
+            _release(rlock)
+        elif phase == IDLE and code < 0:
+            self._free_if_orphaned(rlock, (WAITING, RECEIVING))
+        if wlock is None:
+            return
+        if phase == SENDING:
+            _release(wlock)
+        elif phase in (SENT, RUNNING, INIT, DECODING) and code < 0:
+            self._free_if_orphaned(wlock, (SENDING, SENT))
+
+    def _free_if_orphaned(self, lock: Any, holding: Tuple[int, ...], grace: float = 1.0) -> None:
+        deadline = time.monotonic() + grace
+        while True:
+            if lock.acquire(False):  # free: not the dead one's
+                lock.release()
+                return
+            with self.lock:
+                live = list(self.workers)
+            if any(w.slot.view[PHASE] in holding for w in live):
+                return  # a live worker holds it
+            if time.monotonic() > deadline or self._stopping:
+                break
+            time.sleep(0.005)  # a live worker that just took it says so within microseconds
+        if not self._stopping:
+            _release(lock)
 
     def _post(self, notice: Notice) -> None:
         """Put ``notice`` behind everything the dead worker sent (same queue, same order)."""
