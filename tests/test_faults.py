@@ -417,3 +417,15 @@ def test_a_load_that_raises_leaves_no_buffer_to_fail_in_a_finalizer():
         print("ignored:", ignored)
     """)
     assert out.strip() == "ignored: []", out
+
+
+@pytest.mark.timeout(300)
+def test_worker_kills_at_random_moments_of_pool_lives():
+    # scripts/worker_kills.py: a Pool per trial, one worker SIGKILLed at a random moment in
+    # some; every call must give its values or raise WorkerLostError, and every Pool must end.
+    import subprocess
+    script = os.path.join(ROOT_DIR, "scripts", "worker_kills.py")
+    done = subprocess.run([sys.executable, script, "--trials", "24", "--seed", str(SEED), "--hang", "60"],
+                          capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-12000:]}\n{done.stderr[-6000:]}"
+    assert "24 trials" in done.stdout and "no hang" in done.stdout, done.stdout
