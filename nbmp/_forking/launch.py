@@ -25,8 +25,9 @@ class Launch:
     (0: unknown); ``worker``: a spawn or Pool worker, which ignores SIGINT from its start
     and dies with its parent; set at start: ``parent`` (the starting process's pid),
     ``main_thread`` (started from that process's main thread: Linux's parent-death
-    signal follows the *thread* that forked, see ``posix.die_with_parent``), ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or None),
-    and, worked out then in the parent, the child's ``seed`` and thread ``budget``
+    signal follows the *thread* that forked, see ``posix.die_with_parent``),
+    ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or
+    None), and, worked out then in the parent, the child's ``seed`` and thread ``budget``
     (0: not worked out).
 
     Example::

@@ -247,6 +247,8 @@ class Watch:
         lock and storing its phase (IDLE: the task lock; RUNNING, INIT, DECODING: the result
         lock) or between giving it back and storing the next (SENT): then the lock is the
         dead one's only if it stays taken while no live worker says it holds it."""
+        if self.inqueue is None or self.outqueue is None:  # the Pool let its queues go: joined
+            return
         rlock, wlock = self.inqueue._rlock, self.outqueue._wlock
         if phase == WAITING:
             _release(rlock)
@@ -260,6 +262,8 @@ class Watch:
             self._free_if_orphaned(wlock, (SENDING, SENT))
 
     def _free_if_orphaned(self, lock: Any, holding: Tuple[int, ...], grace: float = 1.0) -> None:
+        """Release ``lock`` if it stays taken for ``grace`` seconds while no live worker's
+        phase is one of ``holding``."""
         deadline = time.monotonic() + grace
         while True:
             if lock.acquire(False):  # free: not the dead one's
