@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import struct
 import sys
 import time
 from typing import Any, List
@@ -192,6 +193,30 @@ def test_a_worker_killed_reading_a_task_breaks_the_pool_and_join_ends(ctx):
             result.get(TIMEOUT)
         with pytest.raises(ValueError, match="Pool not running: it was closed because a worker died while reading a task"):
             pool.map(abs, [1])
+        pool.close()
+        pool.join()
+        assert all(w.exitcode is not None for w in pool._pool)
+    finally:
+        pool.terminate()
+
+
+def _a_big_result(_: int) -> bytes:
+    return b"y" * (64 << 20)
+
+
+@pytest.mark.timeout(120)
+def test_an_unreadable_result_breaks_the_pool_and_join_ends(ctx):
+    # What a worker killed mid-write leaves: a result that cannot be read. The map fails, the
+    # Pool closes, and join() must still end: the result thread must not read the stream again
+    # (its framing from there asks for gigabytes), and the workers still writing 64 MiB
+    # results into it, holding its lock, must get them read away.
+    pool = ctx.Pool(2)
+    try:
+        result = pool.map_async(_a_big_result, range(6), chunksize=1)
+        with pool._outqueue._wlock:  # a frame of 1 MiB cut after 7 bytes: the results after it fill it
+            pool._outqueue._writer._send(struct.pack("!i", 1 << 20) + b"cut off")
+        with pytest.raises(nbmp.WorkerLostError, match="result stream broke"):
+            result.get(TIMEOUT)
         pool.close()
         pool.join()
         assert all(w.exitcode is not None for w in pool._pool)

@@ -318,8 +318,8 @@ def _unblock_task_thread(inqueue: Any, outqueue: Any, workers: List[Any], task_h
     reader, deadline = inqueue._reader, time.monotonic() + 60
     try:
         while task_handler.is_alive() and time.monotonic() < deadline:
-            if reader.poll(0.05):
-                os.read(reader.fileno(), 1 << 20)
+            if reader.poll(0.05) and not os.read(reader.fileno(), 1 << 20):
+                return  # end of file: every writer is gone
     except (OSError, ValueError):  # the Pool let its queues go meanwhile (closed): nothing left to drain
         pass
 

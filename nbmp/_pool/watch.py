@@ -120,6 +120,7 @@ class Watch:
         self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
         self.listeners: Dict[int, Callable[[WorkerExited], None]] = {}  # job -> see listening()
         self.sentinel_read = False  # the result thread has read the stdlib's end-of-results (see reader)
+        self.stream_cut = False  # a result could not be read: nothing more is (see reader)
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -322,11 +323,15 @@ class Watch:
         passed its check a moment before.)"""
         def get() -> Any:
             while True:
+                if self.stream_cut:  # never read a cut stream again: its framing asks for gigabytes
+                    return None
                 try:
                     message = recv()
                 except (OSError, EOFError):
                     raise
                 except Exception as exc:  # a cut message: the stream cannot be trusted any more
+                    self.stream_cut = True
+                    threading.Thread(target=self._drain_cut_stream, name="nbmp-pool-drain", daemon=True).start()
                     self.handle(Notice("unreadable", payload=exc))
                     return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
@@ -343,6 +348,24 @@ class Watch:
                 if self.sentinel_read and not self.cache and not poll():
                     return None
         return get
+
+    def _drain_cut_stream(self) -> None:
+        """The result stream is cut: nothing in it reads as results any more, but the live
+        workers still write theirs, holding its lock while the pipe is full (and the Pool's
+        terminate waits for that lock). Read it away as bytes until the Pool is terminated
+        and its workers are gone."""
+        reader = self.outqueue._reader
+        while True:
+            try:
+                if reader.poll(0.05):
+                    if not os.read(reader.fileno(), 1 << 20):
+                        return  # end of file: every writer is gone
+                    continue
+            except (OSError, ValueError):  # closed
+                return
+            pool = self._pool()
+            if pool is None or (pool._state == TERMINATE and all(p.exitcode is not None for p in list(pool._pool))):
+                return
 
     def handle(self, notice: Notice) -> None:
         """Fail the call(s) a notice concerns."""
