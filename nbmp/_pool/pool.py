@@ -39,7 +39,7 @@ from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
 from .sending import Prepickled
-from .watch import BROKEN_QUEUES, Watch
+from .watch import BROKEN_QUEUES, Watch, drain
 from .worker import Timed
 
 if TYPE_CHECKING:
@@ -315,13 +315,8 @@ def _unblock_task_thread(inqueue: Any, outqueue: Any, workers: List[Any], task_h
         lock.release()  # a Lock has no owner; its holder is dead
     elif lock is not None:
         lock.release()
-    reader, deadline = inqueue._reader, time.monotonic() + 60
-    try:
-        while task_handler.is_alive() and time.monotonic() < deadline:
-            if reader.poll(0.05) and not os.read(reader.fileno(), 1 << 20):
-                return  # end of file: every writer is gone
-    except (OSError, ValueError):  # the Pool let its queues go meanwhile (closed): nothing left to drain
-        pass
+    deadline = time.monotonic() + 60
+    drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
 
 
 def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:

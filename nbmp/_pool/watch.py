@@ -42,7 +42,7 @@ from .errors import WorkerLostError, lost_error
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch", "BROKEN_QUEUES"]
+__all__ = ["Watch", "BROKEN_QUEUES", "drain"]
 
 # The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
 BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -352,20 +352,13 @@ class Watch:
     def _drain_cut_stream(self) -> None:
         """The result stream is cut: nothing in it reads as results any more, but the live
         workers still write theirs, holding its lock while the pipe is full (and the Pool's
-        terminate waits for that lock). Read it away as bytes until the Pool is terminated
-        and its workers are gone."""
-        reader = self.outqueue._reader
-        while True:
-            try:
-                if reader.poll(0.05):
-                    if not os.read(reader.fileno(), 1 << 20):
-                        return  # end of file: every writer is gone
-                    continue
-            except (OSError, ValueError):  # closed
-                return
+        terminate waits for that lock). Read it away until the Pool is terminated and its
+        workers are gone."""
+        def workers_may_write() -> bool:
             pool = self._pool()
-            if pool is None or (pool._state == TERMINATE and all(p.exitcode is not None for p in list(pool._pool))):
-                return
+            return pool is not None and not (pool._state == TERMINATE and
+                                             all(p.exitcode is not None for p in list(pool._pool)))
+        drain(self.outqueue._reader, workers_may_write)
 
     def handle(self, notice: Notice) -> None:
         """Fail the call(s) a notice concerns."""
@@ -446,6 +439,17 @@ def _returncode(proc: Any) -> Optional[int]:
     """The exit code already collected for ``proc``, without waiting or polling."""
     popen = proc._popen
     return None if popen is None else popen.returncode
+
+
+def drain(reader: Any, going: Callable[[], bool]) -> None:
+    """Read a queue's pipe away as bytes while ``going()``, until end of file: bytes, not
+    messages, since a stream a dead worker cut mid-message has no framing left."""
+    try:
+        while going():
+            if reader.poll(0.05) and not os.read(reader.fileno(), 1 << 20):
+                return  # end of file: every writer is gone
+    except (OSError, ValueError):  # closed meanwhile
+        return
 
 
 def _release(lock: Any) -> None:
