@@ -193,11 +193,16 @@ def test_a_worker_killed_reading_a_task_breaks_the_pool_and_join_ends(ctx):
             result.get(TIMEOUT)
         with pytest.raises(ValueError, match="Pool not running: it was closed because a worker died while reading a task"):
             pool.map(abs, [1])
-        pool.close()
-        pool.join()
-        assert all(w.exitcode is not None for w in pool._pool)
+        assert None not in _close_and_join(pool)
     finally:
         pool.terminate()
+
+
+def _close_and_join(pool: Any) -> List[Any]:
+    """``close(); join()`` (the test's timeout says if it hangs): the workers' exit codes."""
+    pool.close()
+    pool.join()
+    return [w.exitcode for w in pool._pool]
 
 
 def _a_big_result(_: int) -> bytes:
@@ -217,9 +222,88 @@ def test_an_unreadable_result_breaks_the_pool_and_join_ends(ctx):
             pool._outqueue._writer._send(struct.pack("!i", 1 << 20) + b"cut off")
         with pytest.raises(nbmp.WorkerLostError, match="result stream broke"):
             result.get(TIMEOUT)
+        assert None not in _close_and_join(pool)
+    finally:
+        pool.terminate()
+
+
+def _die_or_return_big_results(i: int) -> bytes:
+    if i == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.5)  # written after the map failed, and after close()
+    return b"z" * (64 << 20)
+
+
+@pytest.mark.timeout(120)
+def test_the_tasks_of_a_map_that_failed_early_still_end_after_close(ctx):
+    # A worker's death fails its map at once while the map's other tasks still run. After
+    # close(), the stdlib's threads ended as soon as no call waited: a worker writing one of
+    # those tasks' 64 MiB results into a pipe nobody read blocked for good, and join() hung.
+    pool = ctx.Pool(3)
+    try:
+        result = pool.map_async(_die_or_return_big_results, range(3), chunksize=1)
+        with pytest.raises(nbmp.WorkerLostError, match="SIGKILL while running item 0 of map"):
+            result.get(TIMEOUT)
+        codes = _close_and_join(pool)
+        assert codes.count(0) >= 2 and set(codes) <= {0, -signal.SIGKILL}, codes
+    finally:
+        pool.terminate()
+
+
+def _sleep_and_count(seconds: float, where: str, payload: bytes) -> None:
+    time.sleep(seconds)
+    with open(os.path.join(where, str(os.getpid())), "a") as ran:
+        ran.write("x")
+
+
+@pytest.mark.timeout(120)
+def test_the_unsent_tasks_of_a_map_that_failed_early_are_not_run(ctx, tmp_path):
+    # One worker, and tasks of 512 KiB: a few fit in the pipe, so the death fails the map while
+    # most of its 40 tasks are unsent; those are dropped, and the Pool is free for the next call.
+    pool = ctx.Pool(1)
+    try:
+        result = pool.starmap_async(_sleep_and_count, [(0.05, str(tmp_path), b"t" * (512 << 10))] * 40, chunksize=1)
+        time.sleep(0.2)
+        os.kill(pool._pool[0].pid, signal.SIGKILL)
+        with pytest.raises(nbmp.WorkerLostError):
+            result.get(TIMEOUT)
+        assert pool.apply(abs, (-3,)) == 3
         pool.close()
         pool.join()
-        assert all(w.exitcode is not None for w in pool._pool)
+        ran = sum(len((tmp_path / name).read_text()) for name in os.listdir(tmp_path))
+        assert ran < 20, f"{ran} of the failed map's 40 tasks ran"
+    finally:
+        pool.terminate()
+
+
+class _Unloadable:
+    def __reduce__(self) -> Any:
+        return (_refuse_to_load, ())
+
+
+def _refuse_to_load() -> None:
+    raise RuntimeError("this task cannot be loaded here")
+
+
+def _big_after_a_while() -> bytes:
+    time.sleep(0.5)
+    return b"z" * (64 << 20)
+
+
+@pytest.mark.timeout(120)
+def test_results_of_calls_that_failed_are_read_after_close(ctx):
+    # A task no worker can load fails every pending call, the one still running a 64 MiB
+    # result among them; after close() the result thread ends, and that result is read away
+    # all the same (else its worker blocks on the pipe, and join() with it).
+    pool = ctx.Pool(2)
+    try:
+        big = pool.apply_async(_big_after_a_while)
+        with pytest.raises(Exception, match="this task cannot be loaded here"):
+            pool.apply(abs, (_Unloadable(),))
+        with pytest.raises(Exception, match="this task cannot be loaded here"):
+            big.get(TIMEOUT)
+        codes = _close_and_join(pool)
+        assert codes == [0, 0], codes
     finally:
         pool.terminate()
 
@@ -257,6 +341,97 @@ def test_a_worker_killed_the_instant_it_took_a_queue_lock_leaves_the_pool_usable
         with pytest.raises(nbmp.WorkerLostError):
             pool.apply(_die_just_after_taking_the_result_lock)
         assert pool.map(abs, range(-6, 0), chunksize=1) == [6, 5, 4, 3, 2, 1]
+
+
+def _die_writing_a_result(written: bytes) -> None:
+    # What a worker killed in the middle of sending its result leaves: the result lock taken,
+    # its slot saying SENDING, and ``written`` in the pipe (a frame's start, or nothing).
+    from nbmp._pool.worker import PHASE, SENDING
+    here = _worker_loop_locals()
+    here["outqueue"]._wlock.acquire()
+    here["slot"][PHASE] = SENDING
+    if written:
+        here["outqueue"]._writer._send(written)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_before_its_result_was_written_leaves_the_pool_usable(ctx):
+    with ctx.Pool(2) as pool:
+        assert pool.map(abs, [-1, -2], chunksize=1) == [1, 2]
+        with pytest.raises(nbmp.WorkerLostError, match="while sending the result of"):
+            pool.apply(_die_writing_a_result, (b"",))
+        assert pool.map(abs, range(-6, 0), chunksize=1) == [6, 5, 4, 3, 2, 1]
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_in_the_middle_of_its_result_fails_the_call_and_join_ends(ctx):
+    # Its frame can never end: the reader waited for the rest forever, and the death's notice,
+    # written behind it, was read as part of it. The call hung; a terminate or join with it.
+    pool = ctx.Pool(2)
+    try:
+        other = pool.apply_async(time.sleep, (0.5,))
+        with pytest.raises(nbmp.WorkerLostError, match="while sending the result of"):
+            pool.apply(_die_writing_a_result, (struct.pack("!i", 1 << 20) + b"cut off",))
+        with pytest.raises(nbmp.WorkerLostError, match="died in the middle of writing a result"):
+            other.get(TIMEOUT)
+        with pytest.raises(ValueError, match="Pool not running: it was closed because a worker died in the middle"):
+            pool.map(abs, [1])
+        assert None not in _close_and_join(pool)
+    finally:
+        pool.terminate()
+
+
+def _stall_writing_a_result() -> None:
+    from nbmp._pool.worker import PHASE, SENDING
+    here = _worker_loop_locals()
+    here["outqueue"]._wlock.acquire()
+    here["slot"][PHASE] = SENDING
+    here["outqueue"]._writer._send(struct.pack("!i", 1 << 20) + b"cut off")
+    here["outqueue"]._wlock.release()  # as if the rest were being written (the pipe drains)
+    time.sleep(600)  # until the terminate kills it in the middle of its frame
+
+
+@pytest.mark.timeout(120)
+def test_terminate_ends_while_a_worker_is_in_the_middle_of_writing_a_result(ctx):
+    # The terminate kills the worker, and then joins the result thread, which waited for the
+    # rest of that frame forever.
+    from nbmp._pool.worker import PHASE, SENDING
+    pool = ctx.Pool(2)
+    try:
+        pool.apply_async(_stall_writing_a_result)
+        deadline = time.monotonic() + TIMEOUT
+        while not any(w.slot.view[PHASE] == SENDING for w in list(pool._watch.workers)):
+            assert time.monotonic() < deadline, "no worker was seen writing"
+            time.sleep(0.01)
+        pool.terminate()
+        pool.join()
+        assert all(w.exitcode is not None for w in pool._pool)
+        assert not pool._result_handler.is_alive()
+    finally:
+        pool.terminate()
+
+
+def _a_bigger_result(_: int) -> bytes:
+    return b"r" * (8 << 20)
+
+
+@pytest.mark.timeout(120)
+def test_terminate_ends_while_the_workers_write_results_bigger_than_the_pipe(ctx):
+    # The result thread stops reading at a terminate; the workers' results then fill the pipe
+    # before they are killed, and the task thread's last message waited for room forever.
+    for i in range(10):
+        pool = ctx.Pool(3)
+        try:
+            results = [pool.apply_async(_a_bigger_result, (i,)) for i in range(60)]
+            results[0].wait(TIMEOUT)
+            time.sleep(0.01 * i)  # somewhere in the stream of results
+            pool.terminate()
+            pool.join()
+            assert all(w.exitcode is not None for w in pool._pool)
+            assert not pool._task_handler.is_alive() and not pool._result_handler.is_alive()
+        finally:
+            pool.terminate()
 
 
 def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):

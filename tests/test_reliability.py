@@ -167,7 +167,7 @@ def test_a_notice_after_the_results_ends_the_result_thread_s_read():
     pool.join()
     here, there = nbmp.Pipe(duplex=False)
     try:
-        get = pool._watch.reader(here.recv, here.poll)
+        get = pool._watch.reader(here)
         there.send(None)  # the stdlib's sentinel, then a death's notice
         there.send(Notice("bad-task", payload=ValueError("late")))
         assert get() is None

@@ -159,7 +159,7 @@ class ForkServerProcess(_NbmpProcess):
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
-        from multiprocessing.popen_forkserver import Popen
+        from .popen_forkserver import Popen  # the standard one, its exit status read once
         _forkserver.preload_frameworks()  # before the server starts: nbmp and the parent's frameworks, loaded once there
         return Popen(process_obj)
 

@@ -38,8 +38,9 @@ from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks 
 from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
+from .frames import StreamCut
 from .sending import Prepickled
-from .watch import BROKEN_QUEUES, Watch, drain
+from .watch import BROKEN_QUEUES, READERS, Watch, drain
 from .worker import Timed
 
 if TYPE_CHECKING:
@@ -148,7 +149,8 @@ class Pool(_stdpool.Pool):
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
         for queue_ in (self._inqueue, self._outqueue):  # a map's chunks and results in flight at once
             _posix.widen_pipe(queue_._writer.fileno())
-        self._quick_get = self._watch.reader(self._outqueue._reader.recv, self._outqueue._reader.poll)
+        self._watch.outqueue = self._outqueue  # the reader gives back its lock (see frames)
+        self._quick_get = self._watch.reader(self._outqueue._reader)
         self._quick_put = self._watch.sender(self._inqueue._writer.send)
 
     @classmethod
@@ -172,6 +174,15 @@ class Pool(_stdpool.Pool):
         while task_handler.is_alive() and inqueue._reader.poll():
             os.read(fd, 1 << 20)
             time.sleep(0)
+
+    def close(self) -> None:
+        """No more calls: the workers exit once the pending ones are done (the stdlib's semantics).
+
+        Results nobody waits for (those of a map a worker's death failed early) are still read
+        until the workers are gone: a worker writing one must not block ``join``."""
+        super().close()
+        if self._state == _stdpool.CLOSE:
+            self._watch.read_late_results(self._result_handler)  # type: ignore[attr-defined]  # stdlib private
 
     def terminate(self) -> None:
         """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
@@ -295,28 +306,58 @@ class Pool(_stdpool.Pool):
 
     @classmethod
     def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, change_notifier: Any,
-                        worker_handler: Any, task_handler: Any, *args: Any) -> None:
-        # terminate() kills workers mid-way, and the stdlib's task thread, which it then joins,
-        # may wait on what a dead worker held: see _unblock_task_thread.
-        threading.Thread(target=_unblock_task_thread, args=(inqueue, outqueue, list(pool), task_handler),
-                         daemon=True).start()
+                        worker_handler: Any, task_handler: Any, result_handler: Any, cache: Any) -> None:
+        # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
+        # then joins, may wait on what a dead worker left: see _unblock_threads.
+        threading.Thread(target=_unblock_threads, args=(inqueue, outqueue, pool, worker_handler, task_handler,
+                                                        result_handler), daemon=True).start()
         super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
-                                worker_handler, task_handler, *args)
+                                worker_handler, task_handler, result_handler, cache)
 
 
-def _unblock_task_thread(inqueue: Any, outqueue: Any, workers: List[Any], task_handler: Any) -> None:
-    """Once every worker is dead, free the task thread from what they left it waiting on: the
-    result queue's lock (a worker killed while writing a result held it), and a full task pipe
-    (a task bigger than the pipe, written while the worker reading it was killed: nobody reads
-    the rest). The pipe is drained as bytes, until the thread ends."""
-    wait([w.sentinel for w in workers if w._popen is not None], timeout=30)
+def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handler: Any, task_handler: Any,
+                     result_handler: Any) -> None:
+    """Once every worker is dead, free the result thread and the task thread from what they
+    left them waiting on: the rest of a result a killed worker cut (see frames), the result
+    queue's lock (a worker killed while writing a result held it), a full result pipe (where
+    the task thread puts its last message), and a full task pipe (a task bigger than the pipe,
+    written while the worker reading it was killed: nobody reads the rest), drained as bytes
+    until the task thread ends."""
+    worker_handler.join(timeout=30)  # no worker is started any more
+    wait([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
+    reader = READERS.get(outqueue)
+    if reader is not None:  # a result thread waiting for the rest of a frame a killed worker cut
+        deadline = time.monotonic() + 30
+        while result_handler._state != _stdpool.TERMINATE and time.monotonic() < deadline:
+            time.sleep(0.01)  # the terminate first checks that the result thread is alive
+        reader.writers_gone()
     lock = outqueue._wlock
     if lock is not None and not lock.acquire(timeout=1.0):
         lock.release()  # a Lock has no owner; its holder is dead
     elif lock is not None:
         lock.release()
+    if reader is not None:
+        # Results the workers wrote after the result thread's last read fill the pipe, where
+        # the task thread's last put waits: read them, loaded (their shared memory is given
+        # back when they are dropped), until the pipe is empty.
+        result_handler.join(timeout=30)
+        _read_away(reader)
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
+
+
+def _read_away(reader: Any) -> None:
+    """Read a terminated Pool's result pipe (its writers gone) until it is empty."""
+    while True:
+        try:
+            reader.recv()
+        except (EOFError, OSError):  # empty, or closed meanwhile
+            return
+        except StreamCut:
+            reader.discard()
+            return
+        except Exception:  # a result that does not load here: dropped all the same
+            continue
 
 
 def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:

@@ -39,13 +39,16 @@ from .._backend.popen_fork import PeakMemory, peak_rss
 from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
+from .frames import FrameReader, StreamCut
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch", "BROKEN_QUEUES", "drain"]
+__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "drain"]
 
 # The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
 BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# Each Pool's result queue -> the reader of its pipe (told at terminate that no writer is left).
+READERS: "weakref.WeakKeyDictionary[Any, FrameReader]" = weakref.WeakKeyDictionary()
 
 TICK = 0.25  # seconds between memory samples; deaths are seen at once (sentinels)
 
@@ -121,6 +124,9 @@ class Watch:
         self.listeners: Dict[int, Callable[[WorkerExited], None]] = {}  # job -> see listening()
         self.sentinel_read = False  # the result thread has read the stdlib's end-of-results (see reader)
         self.stream_cut = False  # a result could not be read: nothing more is (see reader)
+        self._get: Optional[Callable[[], Any]] = None  # the reader (see reader)
+        self.frames: Optional[FrameReader] = None  # what the reader reads with
+        self._reading_late = False  # see read_late_results
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -239,7 +245,16 @@ class Watch:
                 return
         kind = {RUNNING: "lost", SENDING: "lost", DECODING: "lost-unknown"}.get(phase, "broken")
         end = WorkerExited(0, w.index, code, pid=w.proc.pid or 0, rss=peak_rss(w.proc) or w.rss)
-        self._post(Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (end, phase)))
+        notice = Notice(kind, w.slot.view[JOB], w.slot.view[INDEX], (end, phase))
+        if phase == SENDING and self._keeps_result_lock():
+            self.frames.hand_over(notice)  # type: ignore[union-attr]  # see _keeps_result_lock
+        else:
+            self._post(notice)
+
+    def _keeps_result_lock(self) -> bool:
+        """Whether a worker that died writing a result leaves the result lock taken, for the
+        reader to give back once it has settled what the death left in the pipe (see frames)."""
+        return self.frames is not None and self.outqueue is not None and self.outqueue._wlock is not None
 
     def _free_locks(self, phase: int, code: int) -> None:
         """Free the queue locks a dead worker held (a Lock has no owner: any process may
@@ -258,7 +273,8 @@ class Watch:
         if wlock is None:
             return
         if phase == SENDING:
-            _release(wlock)
+            if not self._keeps_result_lock():  # else given back by the reader (see _report)
+                _release(wlock)
         elif phase in (SENT, RUNNING, INIT, DECODING) and code < 0:
             self._free_if_orphaned(wlock, (SENDING, SENT))
 
@@ -298,6 +314,12 @@ class Watch:
     def sender(self, send: Callable[[Any], None]) -> Callable[[Any], None]:
         """Wrap the task queue's ``send``: remember the tickets each task carries until its result."""
         def put(task: Any) -> None:
+            if task is not None:
+                call = self.cache.get(task[0])
+                if call is None or call.__class__ is _Remainder:  # its call failed already: not sent
+                    if call is not None:
+                        call.done()
+                    return
             with _pickling.collecting_single_use() as releases:
                 send(task)
             if releases and task is not None:
@@ -312,8 +334,8 @@ class Watch:
             for release in releases:
                 release()
 
-    def reader(self, recv: Callable[[], Any], poll: Callable[[], bool]) -> Callable[[], Any]:
-        """Wrap the result queue's ``recv``: notices are handled here, results pass through.
+    def reader(self, conn: Any) -> Callable[[], Any]:
+        """The result queue's ``get``: notices are handled here, results pass through.
 
         A notice is no result, so after one ``get`` reads on, unless the stdlib's sentinel
         came already, no call waits and nothing more is queued: then it returns None. (The
@@ -321,6 +343,17 @@ class Watch:
         ``get`` each: waiting there for a message after a late notice hung ``join``. Before
         the sentinel a call may still come: a Pool that a notice closed takes one that
         passed its check a moment before.)"""
+        wlock = self.outqueue._wlock if self.outqueue is not None else None
+
+        def give_back() -> None:
+            if wlock is not None:
+                _release(wlock)
+        self.frames = frames = FrameReader(conn, give_back)
+        conn.poll = frames.poll  # what the stdlib's result thread asks: messages buffered here count
+        if self.outqueue is not None:
+            READERS[self.outqueue] = frames
+        recv, poll = frames.recv, frames.poll
+
         def get() -> Any:
             while True:
                 if self.stream_cut:  # never read a cut stream again: its framing asks for gigabytes
@@ -332,6 +365,8 @@ class Watch:
                 except Exception as exc:  # a cut message: the stream cannot be trusted any more
                     self.stream_cut = True
                     threading.Thread(target=self._drain_cut_stream, name="nbmp-pool-drain", daemon=True).start()
+                    if isinstance(exc, StreamCut) and exc.notice is not None:  # the dead writer's own call first
+                        self.handle(exc.notice)
                     self.handle(Notice("unreadable", payload=exc))
                     return None  # the stdlib's sentinel: the result thread stops
                 if message.__class__ is not Notice:
@@ -347,7 +382,38 @@ class Watch:
                     traceback.print_exc()
                 if self.sentinel_read and not self.cache and not poll():
                     return None
+        self._get = get
         return get
+
+    def read_late_results(self, result_thread: threading.Thread) -> None:
+        """The Pool was closed: once its result thread ends (no call waits any more), read
+        what its workers still write until they are gone.
+
+        A worker's death fails its map at once while the map's other tasks still run; their
+        results come after the result thread has ended, and a worker writing one bigger than
+        the pipe would block for good (``join`` with it). Read as messages, not bytes: a
+        result's arrays hold shared memory that only loading gives back."""
+        if self._reading_late or self._get is None or self.outqueue is None:
+            return
+        self._reading_late = True
+        threading.Thread(target=self._read_late_results, args=(result_thread, self._get, self.outqueue._reader),
+                         name="nbmp-pool-late-results", daemon=True).start()
+
+    def _read_late_results(self, result_thread: threading.Thread, get: Callable[[], Any], reader: Any) -> None:
+        result_thread.join()  # never two readers at once
+
+        def workers_may_write() -> bool:
+            pool = self._live_pool()
+            if pool is None or self.stream_cut:  # terminated, or a cut stream: _drain_cut_stream reads it
+                return False
+            sentinels = [p.sentinel for p in list(pool._pool) if p._popen is not None]
+            return len(wait(sentinels, timeout=0)) < len(sentinels)  # sentinels: reaping is the Pool's
+        try:
+            while workers_may_write():
+                if reader.poll(0.05):
+                    get()  # nobody waits for it: loaded and dropped
+        except (OSError, EOFError, ValueError):  # the Pool let its queues go meanwhile
+            pass
 
     def _drain_cut_stream(self) -> None:
         """The result stream is cut: nothing in it reads as results any more, but the live
@@ -385,7 +451,8 @@ class Watch:
             error: BaseException = notice.payload
             self.broken = f"its initializer raised {type(error).__name__}: {error}"
         elif notice.kind == "unreadable":
-            self.broken = f"a result could not be read ({notice.payload!r}), after a worker died mid-write"
+            self.broken = (str(notice.payload) if isinstance(notice.payload, StreamCut) else
+                           f"a result could not be read ({notice.payload!r}), after a worker died mid-write")
             error = WorkerLostError(f"the Pool's result stream broke: {self.broken}. {_CLOSED}")
         else:
             end, phase = notice.payload
@@ -402,6 +469,9 @@ class Watch:
         if pool is not None:  # closed first: a caller woken by the failures below must find it closed
             pool.close()
         self._fail_all(error)
+        for call in list(self.cache.values()):  # nothing more of a broken Pool's is waited for
+            if call.__class__ is _Remainder:
+                call.drop()
 
     @contextlib.contextmanager
     def listening(self, job: int, listener: Callable[[WorkerExited], None]) -> Iterator[None]:
@@ -460,8 +530,46 @@ def _release(lock: Any) -> None:
 
 
 def _fail(result: Any, i: int, error: BaseException) -> None:
-    """Complete ``result``'s task ``i`` with ``error``; a map fails now, not after its other tasks."""
-    if isinstance(result, MapResult) and result._number_left > 1:  # type: ignore[attr-defined]  # stdlib private
-        result._number_left = 1  # type: ignore[attr-defined]  # stdlib private
+    """Complete ``result``'s task ``i`` with ``error``; a map fails now, not after its other
+    tasks: a :class:`_Remainder` takes its place in the Pool's cache until they are done."""
+    left = result._number_left - 1 if isinstance(result, MapResult) else 0  # type: ignore[attr-defined]  # stdlib private
+    if left <= 0:
+        result._set(i, (False, error))
+        return
+    cache, job = result._cache, result._job
+    result._number_left = 1
+    result._cache = {job: result}  # its _set removes it from this dict, not from the Pool's...
     result._set(i, (False, error))
+    cache[job] = _Remainder(cache, job, left)  # ...where it is replaced in place: never empty meanwhile
+
+
+class _Remainder:
+    """Stands in the Pool's cache for a map that failed early, until each of its other tasks
+    has given a result (read and dropped), died or been skipped unsent.
+
+    While a call is in the cache the stdlib's threads behave as for any pending call: the
+    result thread reads on (a worker writing a result bigger than the pipe is never left
+    blocked), the worker thread replaces workers that exit (the tasks already queued still
+    find one), and ``close(); join()`` waits for the tasks, as it does for any."""
+
+    def __init__(self, cache: Any, job: int, left: int) -> None:
+        self.cache, self.job, self.left = cache, job, left
+        self.lock = threading.Lock()
+
+    def _set(self, i: int, obj: Any) -> None:  # a result, or a death (see _fail)
+        self.done()
+
+    def done(self) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left != 0:
+                return
+        self.drop()
+
+    def drop(self) -> None:
+        if self.cache.get(self.job) is self:
+            try:
+                del self.cache[self.job]  # the stdlib's cache tells its worker thread when it empties
+            except KeyError:
+                pass
 

@@ -1,0 +1,200 @@
+"""The Pool's result pipe, read frame by frame, so that a frame its writer never finished is noticed.
+
+A message on a ``multiprocessing`` pipe is a frame: its length, then that many bytes. The
+stdlib's ``Connection`` reads the length and then blocks until the bytes have come. A worker
+killed while writing a result leaves its frame short: the reader waits forever, and whatever
+is written after it (the death's notice, the other workers' results) is read as the rest of
+that frame.
+
+A worker writes with the result lock held and its slot saying ``SENDING`` (see ``worker``).
+When one dies so, the Pool's watcher keeps the lock taken (so nothing more is written) and
+hands the death's notice to this reader (:meth:`FrameReader.hand_over`). The reader settles it
+the next time it finds the pipe empty, which, with nobody writing, is soon:
+
+* at the start of a frame, everything the dead worker wrote has been read: its notice is
+  returned as the next message, as if it had come through the pipe behind them;
+* inside a frame, that frame is the dead worker's and can never end: :class:`StreamCut` is
+  raised, carrying the notice.
+
+Either way the lock is given back then. Each read of the pipe waits in ``poll`` (on the pipe
+and a wake-up pipe) rather than in ``read``; small messages are read many at a time, so a
+queue of small results costs fewer system calls than the stdlib's two reads per message.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import struct
+import weakref
+from typing import Any, Callable, Optional
+
+from .._backend import pickling as _pickling
+
+__all__ = ["FrameReader", "StreamCut"]
+
+_LENGTH = struct.Struct("!i")  # the stdlib's frame header; -1: a 64-bit length follows
+_LONG_LENGTH = struct.Struct("!Q")
+_CHUNK = 1 << 16  # bytes read at once for small messages
+
+
+class StreamCut(Exception):
+    """A frame that can never end: its writer died in the middle of it."""
+
+    def __init__(self, notice: Any) -> None:
+        super().__init__("a worker died in the middle of writing a result")
+        self.notice = notice  # the death's
+
+
+class _Settled(Exception):
+    """Raised inside :meth:`FrameReader.recv` to return a handed-over notice as its message."""
+
+    def __init__(self, notice: Any) -> None:
+        super().__init__()
+        self.notice = notice
+
+
+class FrameReader:
+    """Reads the frames of one connection (the Pool's result queue); see the module's docstring.
+
+    Example::
+
+        >>> a, b = nbmp.Pipe(duplex=False)
+        >>> reader = FrameReader(a, release=lambda: None)
+        >>> b.send([1, 2]); reader.recv()
+        [1, 2]
+    """
+
+    def __init__(self, conn: Any, release: Callable[[], None]) -> None:
+        self._conn = conn  # keeps its descriptor open
+        self._poll_pipe = conn.poll
+        self._fd = conn.fileno()
+        self._release = release  # gives back the result lock the watcher kept for a death
+        self._pending: Optional[Any] = None
+        self._gone = False  # see writers_gone
+        self._buf = bytearray()  # read, not yet taken: from _pos on
+        self._pos = 0
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        weakref.finalize(self, _close, self._wake_r, self._wake_w)
+        self._readable = select.poll()
+        self._readable.register(self._fd, select.POLLIN)
+        self._waiting = select.poll()
+        self._waiting.register(self._fd, select.POLLIN)
+        self._waiting.register(self._wake_r, select.POLLIN)
+
+    def poll(self, timeout: Optional[float] = 0.0) -> bool:
+        """Whether a message can be read: bytes buffered here, or in the pipe (``Connection.poll``)."""
+        return len(self._buf) > self._pos or self._poll_pipe(timeout)
+
+    def discard(self) -> None:
+        """Throw away what is buffered and queued, as bytes (after a short frame nothing reads
+        as messages)."""
+        self._buf.clear()
+        self._pos = 0
+        while self._readable.poll(0):
+            if not os.read(self._fd, 1 << 20):
+                return
+
+    def hand_over(self, notice: Any) -> None:
+        """A worker died holding the result lock, writing (the lock stays taken): settle its
+        ``notice`` once the pipe is empty (called by the watcher thread)."""
+        if notice is not None:
+            self._pending = notice
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:  # full (already woken) or closed
+            pass
+
+    def writers_gone(self) -> None:
+        """Every worker is dead (the Pool was terminated): once the pipe is empty, ``recv``
+        raises EOFError, inside a frame or not (a frame a killed worker left short never ends)."""
+        self._gone = True
+        self.hand_over(None)
+
+    def recv(self) -> Any:
+        """The next message, or a handed-over notice; raises :class:`StreamCut` (see the module)."""
+        try:
+            size, = _LENGTH.unpack(self._take(4, inside=False))
+            if size == -1:
+                size, = _LONG_LENGTH.unpack(self._take(8, inside=True))
+            data = self._take(size, inside=True)
+        except _Settled as settled:
+            return settled.notice
+        return _pickling.loads_whole(data)
+
+    def _take(self, n: int, inside: bool) -> bytearray:
+        """The next ``n`` bytes of the stream. Small reads are buffered (one read takes every
+        small message queued); a big message is read straight into its own buffer."""
+        if n <= _CHUNK:
+            while len(self._buf) - self._pos < n:
+                self._fill(inside or len(self._buf) > self._pos)
+            buf, pos = self._buf, self._pos
+            end = pos + n
+            if end < len(buf):
+                self._pos = end
+                return buf[pos:end]
+            if pos:
+                data = buf[pos:]
+                buf.clear()
+            else:  # the whole buffer: hand it over
+                data, self._buf = buf, bytearray()
+            self._pos = 0
+            return data
+        data = bytearray(n)
+        view = memoryview(data)
+        got = len(self._buf) - self._pos
+        view[:got] = self._buf[self._pos:]
+        self._buf.clear()
+        self._pos = 0
+        while got < n:
+            self._wait(True)
+            k = os.readv(self._fd, [view[got:]])
+            if k == 0:
+                raise OSError("got end of file during message")
+            got += k
+        view.release()
+        return data
+
+    def _fill(self, inside: bool) -> None:
+        """Read what is queued (at most _CHUNK bytes) onto the buffer, waiting for some first."""
+        self._wait(inside)
+        chunk = os.read(self._fd, _CHUNK)
+        if not chunk:
+            if inside:
+                raise OSError("got end of file during message")
+            raise EOFError
+        if self._pos:  # keep the buffer small: drop what was taken
+            del self._buf[:self._pos]
+            self._pos = 0
+        self._buf += chunk
+
+    def _wait(self, inside: bool) -> None:
+        """Return once there is something to read; first settle a handed-over death if the
+        pipe is empty (nobody writes meanwhile: the watcher holds the lock)."""
+        while True:
+            notice = self._pending
+            if self._gone and notice is None and not self._readable.poll(0):
+                raise EOFError  # the stdlib's result thread ends on it
+            if notice is not None and not self._readable.poll(0):
+                self._pending = None
+                self._release()
+                if inside:
+                    raise StreamCut(notice)
+                raise _Settled(notice)
+            for fd, _ in self._waiting.poll():
+                if fd == self._fd:
+                    return
+                try:
+                    os.read(self._wake_r, 64)
+                except OSError:
+                    pass
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
