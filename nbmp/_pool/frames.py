@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import select
 import struct
+import threading
 import weakref
 from typing import Any, Callable, Optional
 
@@ -66,13 +67,14 @@ class FrameReader:
     """
 
     def __init__(self, conn: Any, release: Callable[[], None]) -> None:
-        self._conn = conn  # keeps its descriptor open
+        self.conn = conn  # keeps its descriptor open
         self._poll_pipe = conn.poll
         self._fd = conn.fileno()
         self._release = release  # gives back the result lock the watcher kept for a death
         self._pending: Optional[Any] = None
         self._gone = False  # see writers_gone
         self._buf = bytearray()  # read, not yet taken: from _pos on
+        self._reading = threading.Lock()
         self._pos = 0
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -91,11 +93,12 @@ class FrameReader:
     def discard(self) -> None:
         """Throw away what is buffered and queued, as bytes (after a short frame nothing reads
         as messages)."""
-        self._buf.clear()
-        self._pos = 0
-        while self._readable.poll(0):
-            if not os.read(self._fd, 1 << 20):
-                return
+        with self._reading:
+            self._buf.clear()
+            self._pos = 0
+            while self._readable.poll(0):
+                if not os.read(self._fd, 1 << 20):
+                    return
 
     def hand_over(self, notice: Any) -> None:
         """A worker died holding the result lock, writing (the lock stays taken): settle its
@@ -114,14 +117,17 @@ class FrameReader:
         self.hand_over(None)
 
     def recv(self) -> Any:
-        """The next message, or a handed-over notice; raises :class:`StreamCut` (see the module)."""
-        try:
-            size, = _LENGTH.unpack(self._take(4, inside=False))
-            if size == -1:
-                size, = _LONG_LENGTH.unpack(self._take(8, inside=True))
-            data = self._take(size, inside=True)
-        except _Settled as settled:
-            return settled.notice
+        """The next message, or a handed-over notice; raises :class:`StreamCut` (see the module).
+        One thread at a time (after the result thread, a closed or terminated Pool's pipe may
+        be read on by two)."""
+        with self._reading:
+            try:
+                size, = _LENGTH.unpack(self._take(4, inside=False))
+                if size == -1:
+                    size, = _LONG_LENGTH.unpack(self._take(8, inside=True))
+                data = self._take(size, inside=True)
+            except _Settled as settled:
+                return settled.notice
         return _pickling.loads_whole(data)
 
     def _take(self, n: int, inside: bool) -> bytearray:

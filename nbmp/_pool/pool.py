@@ -214,6 +214,7 @@ class Pool(_stdpool.Pool):
         self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
         self._cache.notifier = self._change_notifier = None
         self._watch.inqueue = self._watch.outqueue = None
+        self._watch.drop_reader()
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:
@@ -317,16 +318,22 @@ class Pool(_stdpool.Pool):
 
 def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handler: Any, task_handler: Any,
                      result_handler: Any) -> None:
-    """Once every worker is dead, free the result thread and the task thread from what they
-    left them waiting on: the rest of a result a killed worker cut (see frames), the result
-    queue's lock (a worker killed while writing a result held it), a full result pipe (where
-    the task thread puts its last message), and a full task pipe (a task bigger than the pipe,
-    written while the worker reading it was killed: nobody reads the rest), drained as bytes
-    until the task thread ends."""
+    """Free the terminate from what the workers it kills leave its threads waiting on.
+
+    The result thread stops reading at a terminate while the workers still write: once it has
+    ended, ``_read_away`` reads on (a full pipe would hold the terminate's own last message and
+    the task thread's). Once every worker is dead: the rest of a result a killed worker cut
+    (see frames) ends the reads; the result queue's lock is freed (a worker killed while
+    writing held it); and a full task pipe (a task bigger than the pipe, written while the
+    worker reading it was killed: nobody reads the rest) is drained as bytes until the task
+    thread ends."""
     worker_handler.join(timeout=30)  # no worker is started any more
-    wait([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
     reader = READERS.get(outqueue)
-    if reader is not None:  # a result thread waiting for the rest of a frame a killed worker cut
+    if reader is not None:
+        threading.Thread(target=_read_away, args=(reader, result_handler), name="nbmp-pool-read-away",
+                         daemon=True).start()
+    wait([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
+    if reader is not None:
         deadline = time.monotonic() + 30
         while result_handler._state != _stdpool.TERMINATE and time.monotonic() < deadline:
             time.sleep(0.01)  # the terminate first checks that the result thread is alive
@@ -336,22 +343,19 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
         lock.release()  # a Lock has no owner; its holder is dead
     elif lock is not None:
         lock.release()
-    if reader is not None:
-        # Results the workers wrote after the result thread's last read fill the pipe, where
-        # the task thread's last put waits: read them, loaded (their shared memory is given
-        # back when they are dropped), until the pipe is empty.
-        result_handler.join(timeout=30)
-        _read_away(reader)
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
 
 
-def _read_away(reader: Any) -> None:
-    """Read a terminated Pool's result pipe (its writers gone) until it is empty."""
+def _read_away(reader: Any, result_handler: Any) -> None:
+    """Once the result thread has ended, read a terminated Pool's result pipe until its writers
+    are gone and it is empty: results nobody will get, loaded and dropped (their shared memory
+    is given back)."""
+    result_handler.join()  # never two readers at once
     while True:
         try:
             reader.recv()
-        except (EOFError, OSError):  # empty, or closed meanwhile
+        except (EOFError, OSError):  # every writer gone and the pipe empty, or closed meanwhile
             return
         except StreamCut:
             reader.discard()

@@ -385,6 +385,13 @@ class Watch:
         self._get = get
         return get
 
+    def drop_reader(self) -> None:
+        """The Pool let its queues go: so does the reader (the pipe, and the result lock it
+        would give back; under spawn a lock is a named semaphore in /dev/shm while it lives)."""
+        frames, self.frames, self._get = self.frames, None, None
+        if frames is not None:
+            vars(frames.conn).pop("poll", None)  # the connection held the reader, which holds it
+
     def read_late_results(self, result_thread: threading.Thread) -> None:
         """The Pool was closed: once its result thread ends (no call waits any more), read
         what its workers still write until they are gone.
