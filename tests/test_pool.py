@@ -262,8 +262,12 @@ def test_the_unsent_tasks_of_a_map_that_failed_early_are_not_run(ctx, tmp_path):
     # most of its 40 tasks are unsent; those are dropped, and the Pool is free for the next call.
     pool = ctx.Pool(1)
     try:
+        from nbmp._pool.worker import PHASE, RUNNING
         result = pool.starmap_async(_sleep_and_count, [(0.05, str(tmp_path), b"t" * (512 << 10))] * 40, chunksize=1)
-        time.sleep(0.2)
+        deadline = time.monotonic() + TIMEOUT  # running a task (under spawn and load the start takes a while)
+        while not any(w.slot.view[PHASE] == RUNNING for w in list(pool._watch.workers)):
+            assert time.monotonic() < deadline, "the worker never ran a task"
+            time.sleep(0.005)
         os.kill(pool._pool[0].pid, signal.SIGKILL)
         with pytest.raises(nbmp.WorkerLostError):
             result.get(TIMEOUT)
