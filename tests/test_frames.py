@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 from typing import Any, List
 
 import pytest
@@ -87,7 +88,10 @@ def test_a_death_handed_over_inside_a_frame_raises_stream_cut(pipe):
             got.append(cut)
     reading = threading.Thread(target=read, daemon=True)
     reading.start()
-    reading.join(0.5)
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reading.join(0.2)
     assert reading.is_alive() and got == ["before"]  # waiting for the rest of the frame
     reader.hand_over("the notice")  # the writer was found dead: nothing more will come
     reading.join(10)

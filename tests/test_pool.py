@@ -289,23 +289,28 @@ def _refuse_to_load() -> None:
     raise RuntimeError("this task cannot be loaded here")
 
 
-def _big_after_a_while() -> bytes:
-    time.sleep(0.5)
-    return b"z" * (64 << 20)
+def _wait_for(path: str, result: Any = None) -> Any:
+    """Return ``result`` once ``path`` exists (the test says when: no race with a slow start)."""
+    deadline = time.monotonic() + TIMEOUT
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return result
 
 
 @pytest.mark.timeout(120)
-def test_results_of_calls_that_failed_are_read_after_close(ctx):
+def test_results_of_calls_that_failed_are_read_after_close(ctx, tmp_path):
     # A task no worker can load fails every pending call, the one still running a 64 MiB
     # result among them; after close() the result thread ends, and that result is read away
     # all the same (else its worker blocks on the pipe, and join() with it).
     pool = ctx.Pool(2)
     try:
-        big = pool.apply_async(_big_after_a_while)
+        go = tmp_path / "go"
+        big = pool.apply_async(_wait_for, (str(go), b"z" * (64 << 20)))
         with pytest.raises(Exception, match="this task cannot be loaded here"):
             pool.apply(abs, (_Unloadable(),))
         with pytest.raises(Exception, match="this task cannot be loaded here"):
             big.get(TIMEOUT)
+        go.touch()  # its 64 MiB result is written now, after the call failed
         codes = _close_and_join(pool)
         assert codes == [0, 0], codes
     finally:
@@ -369,12 +374,12 @@ def test_a_worker_killed_before_its_result_was_written_leaves_the_pool_usable(ct
 
 
 @pytest.mark.timeout(120)
-def test_a_worker_killed_in_the_middle_of_its_result_fails_the_call_and_join_ends(ctx):
+def test_a_worker_killed_in_the_middle_of_its_result_fails_the_call_and_join_ends(ctx, tmp_path):
     # Its frame can never end: the reader waited for the rest forever, and the death's notice,
     # written behind it, was read as part of it. The call hung; a terminate or join with it.
     pool = ctx.Pool(2)
     try:
-        other = pool.apply_async(time.sleep, (0.5,))
+        other = pool.apply_async(_wait_for, (str(tmp_path / "never"),))  # pending until the Pool breaks
         with pytest.raises(nbmp.WorkerLostError, match="while sending the result of"):
             pool.apply(_die_writing_a_result, (struct.pack("!i", 1 << 20) + b"cut off",))
         with pytest.raises(nbmp.WorkerLostError, match="died in the middle of writing a result"):
