@@ -103,18 +103,21 @@ class FrameReader:
     def hand_over(self, notice: Any) -> None:
         """A worker died holding the result lock, writing (the lock stays taken): settle its
         ``notice`` once the pipe is empty (called by the watcher thread)."""
-        if notice is not None:
-            self._pending = notice
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:  # full (already woken) or closed
-            pass
+        self._pending = notice
+        self._wake()
 
     def writers_gone(self) -> None:
         """Every worker is dead (the Pool was terminated): once the pipe is empty, ``recv``
         raises EOFError, inside a frame or not (a frame a killed worker left short never ends)."""
         self._gone = True
-        self.hand_over(None)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Make a reader waiting in ``_wait`` look at ``_pending`` and ``_gone`` again."""
+        try:
+            os.write(self._wake_w, b"!")
+        except OSError:  # full (already woken) or closed
+            pass
 
     def recv(self) -> Any:
         """The next message, or a handed-over notice; raises :class:`StreamCut` (see the module).
