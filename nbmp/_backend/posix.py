@@ -25,7 +25,7 @@ _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
     "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
-    "default_termination", "widen_pipe", "set_thread_name", "get_thread_name", "flush_c_stdio",
+    "default_termination", "widen_pipe", "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -284,6 +284,54 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
             return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
         except OSError:
             return 0
+
+
+class WakeUp:
+    """A self-pipe: :meth:`set` from any thread makes :meth:`fileno` readable, so that a
+    thread waiting in ``select``/``poll``/``connection.wait`` on it (beside the descriptors it
+    watches) wakes up; :meth:`clear` empties it again. Setting is never blocked (a full pipe
+    is already set) and is a no-op once :meth:`close` ran, which may come from another
+    thread at any moment (closed under a lock: a write never lands on a reused number).
+
+    Example::
+
+        >>> wake = WakeUp()
+        >>> wake.set(); select.select([wake], [], [], 0)[0] == [wake]
+        True
+        >>> wake.clear(); wake.close()
+    """
+
+    def __init__(self) -> None:
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        return self._r
+
+    def set(self) -> None:
+        with self._lock:
+            if self._w >= 0:
+                try:
+                    os.write(self._w, b"!")
+                except BlockingIOError:  # full: set already
+                    pass
+
+    def clear(self) -> None:
+        """Empty the pipe (from the thread that waits on it)."""
+        try:
+            while os.read(self._r, 512):
+                pass
+        except (BlockingIOError, OSError):  # empty, or closed by then
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._w >= 0:
+                os.close(self._r)
+                os.close(self._w)
+                self._r = self._w = -1
 
 
 _PR_SET_NAME, _PR_GET_NAME = 15, 16  # from <linux/prctl.h>

@@ -31,6 +31,7 @@ import weakref
 from typing import Any, Callable, Optional
 
 from .._backend import pickling as _pickling
+from .._backend.posix import WakeUp
 
 __all__ = ["FrameReader", "StreamCut"]
 
@@ -76,15 +77,13 @@ class FrameReader:
         self._buf = bytearray()  # read, not yet taken: from _pos on
         self._reading = threading.Lock()
         self._pos = 0
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        weakref.finalize(self, _close, self._wake_r, self._wake_w)
+        self._wakeup = WakeUp()
+        weakref.finalize(self, self._wakeup.close)
         self._readable = select.poll()
         self._readable.register(self._fd, select.POLLIN)
         self._waiting = select.poll()
         self._waiting.register(self._fd, select.POLLIN)
-        self._waiting.register(self._wake_r, select.POLLIN)
+        self._waiting.register(self._wakeup, select.POLLIN)
 
     def poll(self, timeout: Optional[float] = 0.0) -> bool:
         """Whether a message can be read: bytes buffered here, or in the pipe (``Connection.poll``)."""
@@ -104,20 +103,13 @@ class FrameReader:
         """A worker died holding the result lock, writing (the lock stays taken): settle its
         ``notice`` once the pipe is empty (called by the watcher thread)."""
         self._pending = notice
-        self._wake()
+        self._wakeup.set()  # a reader waiting in _wait looks at _pending again
 
     def writers_gone(self) -> None:
         """Every worker is dead (the Pool was terminated): once the pipe is empty, ``recv``
         raises EOFError, inside a frame or not (a frame a killed worker left short never ends)."""
         self._gone = True
-        self._wake()
-
-    def _wake(self) -> None:
-        """Make a reader waiting in ``_wait`` look at ``_pending`` and ``_gone`` again."""
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:  # full (already woken) or closed
-            pass
+        self._wakeup.set()
 
     def recv(self) -> Any:
         """The next message, or a handed-over notice; raises :class:`StreamCut` (see the module).
@@ -195,15 +187,5 @@ class FrameReader:
             for fd, _ in self._waiting.poll():
                 if fd == self._fd:
                     return
-                try:
-                    os.read(self._wake_r, 64)
-                except OSError:
-                    pass
+                self._wakeup.clear()
 
-
-def _close(*fds: int) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass

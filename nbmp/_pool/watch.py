@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._backend import pickling as _pickling
 from .._backend.popen_fork import PeakMemory, peak_rss
+from .._backend.posix import WakeUp
 from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
@@ -116,8 +117,7 @@ class Watch:
         self._pool: Callable[[], Any] = lambda: None
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
-        self._wake_r, self._wake_w = -1, -1
-        self._wake_lock = threading.Lock()
+        self._wakeup: Optional[WakeUp] = None  # stop() wakes the watcher thread through it
         # (job, index) -> what gives back the single-use parts (shared-memory tickets) the
         # task's pickle carries, until its result arrives; called if the Pool is terminated.
         self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
@@ -162,7 +162,7 @@ class Watch:
     def start(self, pool: Any) -> None:
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
-        self._wake_r, self._wake_w = os.pipe()
+        self._wakeup = WakeUp()
         self._thread = threading.Thread(target=self._run, name="nbmp-pool-watcher", daemon=True)
         self._thread.start()
 
@@ -173,10 +173,8 @@ class Watch:
         thread = self._thread
         if thread is None:
             return
-        if first:
-            with self._wake_lock:
-                if self._wake_w >= 0:
-                    os.write(self._wake_w, b"x")
+        if first and self._wakeup is not None:
+            self._wakeup.set()
         if wait and thread is not threading.current_thread():
             thread.join(timeout=5.0)
 
@@ -196,12 +194,12 @@ class Watch:
         try:
             self._watch_workers()
         finally:
-            with self._wake_lock:  # never closed while stop() writes (the fd number could be reused)
-                os.close(self._wake_r)
-                os.close(self._wake_w)
-                self._wake_r = self._wake_w = -1
+            assert self._wakeup is not None  # made by start()
+            self._wakeup.close()
 
     def _watch_workers(self) -> None:
+        assert self._wakeup is not None  # made by start()
+        woken = self._wakeup.fileno()
         unreaped, sampled = 0, False
         while self._watching():
             with self.lock:
@@ -211,7 +209,7 @@ class Watch:
                     w.sample_rss()
             sampled = True
             sentinels = [s for s in (w.sentinel() for w in workers) if s is not None]
-            ready = [s for s in wait(sentinels + [self._wake_r], timeout=TICK) if s != self._wake_r]
+            ready = [s for s in wait([*sentinels, woken], timeout=TICK) if s != woken]
             if self._stopping:
                 return
             # The stdlib's worker thread reaps the dead; reading the exit code it stored
@@ -228,7 +226,7 @@ class Watch:
                 self._report(w, code)
                 reaped = True
             if ready and not reaped:  # not reaped yet by the stdlib's thread: look again soon
-                wait([self._wake_r], timeout=0.01)  # or at once, if stop() is waiting for us
+                wait([woken], timeout=0.01)  # or at once, if stop() is waiting for us
 
     def _report(self, w: _Worker, code: int) -> None:
         phase = w.slot.view[PHASE]

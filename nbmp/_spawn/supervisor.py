@@ -26,6 +26,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._backend.popen_fork import peak_rss
+from .._backend.posix import WakeUp
 from .._forking import ForkLock
 from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
 from .output import LineSplitter
@@ -73,7 +74,7 @@ class Supervisor:
         self._closed = False
         self._lock = threading.Lock()
         self._results_pending: set[int] = set()
-        self._wake_r, self._wake_w = os.pipe()
+        self._wakeup = WakeUp()  # stop() wakes the loop through it
         self._selector = selectors.DefaultSelector()
         self._splitters: Dict[int, LineSplitter] = {}
 
@@ -94,7 +95,7 @@ class Supervisor:
             deadline = time.monotonic() + grace_period
             self._kill_at = deadline if self._kill_at is None else min(self._kill_at, deadline)
             self._terminate_live()
-            os.write(self._wake_w, b"x")
+            self._wakeup.set()
 
     def stop_by_user(self, grace_period: float) -> None:
         """The dashboard's Stop: stop the run; its caller gets an error, never a normal return."""
@@ -130,7 +131,7 @@ class Supervisor:
             self.done.set()
 
     def _register(self) -> None:
-        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        self._selector.register(self._wakeup, selectors.EVENT_READ, ("wake", None))
         for worker in self.workers:
             self._selector.register(worker.process.sentinel, selectors.EVENT_READ, ("exit", worker))
             self._selector.register(worker.result_pipe, selectors.EVENT_READ, ("result", worker))
@@ -172,7 +173,7 @@ class Supervisor:
                 self._finish(worker)
                 wrote = True
             elif kind == "wake":
-                os.read(self._wake_r, 512)
+                self._wakeup.clear()
         return wrote
 
     def _read_output(self, fd: int) -> bool:
@@ -259,8 +260,7 @@ class Supervisor:
         for worker in self.workers:
             worker.result_pipe.close()
         self._selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        self._wakeup.close()
 
 
 def _reap(process: BaseProcess) -> int:

@@ -1,0 +1,73 @@
+"""nbmp._backend.posix: the platform helpers other layers build on."""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+
+import pytest
+
+from nbmp._backend.posix import WakeUp
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _readable(wake: WakeUp) -> bool:
+    return bool(select.select([wake], [], [], 0)[0])
+
+
+def test_wakeup_set_makes_it_readable_until_cleared() -> None:
+    wake = WakeUp()
+    try:
+        assert not _readable(wake)
+        wake.set()
+        wake.set()
+        assert _readable(wake)
+        wake.clear()
+        assert not _readable(wake)
+    finally:
+        wake.close()
+
+
+def test_wakeup_set_never_blocks_on_a_full_pipe() -> None:
+    # A pipe holds 64 KiB by default: far more sets than that must return at once.
+    wake = WakeUp()
+    try:
+        for _ in range(200_000):
+            wake.set()
+        wake.clear()
+        assert not _readable(wake)
+    finally:
+        wake.close()
+
+
+def test_wakeup_wakes_a_thread_waiting_in_select() -> None:
+    wake = WakeUp()
+    woken = threading.Event()
+
+    def waiter() -> None:
+        select.select([wake], [], [], 20)
+        woken.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    try:
+        assert not woken.wait(0.1)
+        wake.set()
+        assert woken.wait(10)
+    finally:
+        wake.set()
+        thread.join(10)
+        wake.close()
+
+
+def test_wakeup_closed_is_a_no_op_to_set_and_gives_its_descriptors_back() -> None:
+    wake = WakeUp()
+    fd = wake.fileno()
+    wake.close()
+    wake.close()
+    wake.set()  # no write lands on the closed number (which another file may reuse)
+    wake.clear()
+    with pytest.raises(OSError):
+        os.fstat(fd)
