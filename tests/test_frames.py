@@ -11,7 +11,7 @@ from typing import Any, List
 import pytest
 
 import nbmp
-from nbmp._pool.frames import _CHUNK, FrameReader, StreamCut
+from nbmp._pool.frames import _CHUNK, _SMALL, FrameReader, StreamCut
 
 
 @pytest.fixture
@@ -29,7 +29,9 @@ def _reader(conn: Any, released: List[int]) -> FrameReader:
 
 def test_messages_of_every_size_come_through_whole_and_in_order(pipe):
     here, there = pipe
-    sizes = [0, 1, 3, 4, 100, _CHUNK - 40, _CHUNK, _CHUNK + 1, 3 * _CHUNK + 7, 5 << 20, 2, 0]
+    # Buffered and direct reads, a message partly buffered behind a small one, in pieces.
+    sizes = [0, 1, 3, 4, 100, _SMALL - 1, _SMALL, _SMALL + 1, 10_000, 3, 37_000, _CHUNK - 40, _CHUNK, _CHUNK + 1,
+             3 * _CHUNK + 7, 5 << 20, 2, 0]
     sent = [(i, b"%d" % i * size) for i, size in enumerate(sizes)]
     writer = threading.Thread(target=lambda: [there.send(m) for m in sent * 3])
     writer.start()

@@ -38,6 +38,7 @@ __all__ = ["FrameReader", "StreamCut"]
 _LENGTH = struct.Struct("!i")  # the stdlib's frame header; -1: a 64-bit length follows
 _LONG_LENGTH = struct.Struct("!Q")
 _CHUNK = 1 << 16  # bytes read at once for small messages
+_SMALL = 1 << 12  # a message up to this size is read through the buffer
 
 
 class StreamCut(Exception):
@@ -127,10 +128,13 @@ class FrameReader:
 
     def _take(self, n: int, inside: bool) -> bytearray:
         """The next ``n`` bytes of the stream. Small reads are buffered (one read takes every
-        small message queued); a big message is read straight into its own buffer."""
-        if n <= _CHUNK:
+        small message queued); the rest of a bigger message is read straight into its own
+        buffer (buffered, a message of tens of KiB that comes in pieces was copied once per
+        piece: 1.14x the standard reader's time at 37 KB)."""
+        if n <= _SMALL:
             while len(self._buf) - self._pos < n:
                 self._fill(inside or len(self._buf) > self._pos)
+        if len(self._buf) - self._pos >= n:
             buf, pos = self._buf, self._pos
             end = pos + n
             if end < len(buf):
