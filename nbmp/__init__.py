@@ -71,10 +71,18 @@ _MIRRORS = frozenset({"connection", "context", "dummy", "heap", "managers", "poo
                       "reduction", "shared_memory", "sharedctypes", "synchronize", "util"})
 
 
-def __getattr__(name: str) -> _ModuleType:
+# torch.multiprocessing's own names beyond the standard package's (its tensor reducers), for
+# code written against it: torch's objects themselves, imported on first use.
+_FROM_TORCH = frozenset({"reductions", "init_reductions"})
+
+
+def __getattr__(name: str) -> object:
     if name in _MIRRORS:
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _FROM_TORCH:
+        from ._sharing._torch import torch_multiprocessing_name
+        return torch_multiprocessing_name(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,9 +1,12 @@
-"""The names of torch.multiprocessing's spawn API that code may use: SpawnContext,
-ProcessContext.error_files and .sentinels."""
+"""The names of torch.multiprocessing that code may use beyond the standard package's:
+SpawnContext, ProcessContext.error_files and .sentinels, reductions and init_reductions."""
 
 from __future__ import annotations
 
 import multiprocessing.connection
+import sys
+
+import pytest
 
 import nbmp
 from conftest import TIMEOUT
@@ -37,3 +40,18 @@ def test_error_files_has_one_entry_per_worker():
     assert ctx.error_files == [None, None, None]
     while not ctx.join(TIMEOUT):
         pass
+
+
+def test_torchs_reductions_are_reachable_where_torch_code_looks_for_them():
+    # torch's own test_multiprocessing.py calls mp.reductions.rebuild_cuda_tensor.
+    torch_mp = pytest.importorskip("torch.multiprocessing")
+    assert nbmp.reductions is torch_mp.reductions
+    assert nbmp.init_reductions is torch_mp.reductions.init_reductions
+    nbmp.init_reductions()  # idempotent, as torch's import already called it
+
+
+def test_torchs_reductions_without_torch_say_what_they_need(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.multiprocessing", None)  # as if torch were not installed
+    with pytest.raises(AttributeError, match="needs torch: pip install torch"):
+        nbmp.reductions
+    assert not hasattr(nbmp, "init_reductions")

@@ -33,7 +33,18 @@ from . import _segments, _strategies
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["install", "share_", "is_shared", "check_cpu"]
+__all__ = ["install", "share_", "is_shared", "check_cpu", "torch_multiprocessing_name"]
+
+
+def torch_multiprocessing_name(name: str) -> Any:
+    """``nbmp.reductions`` and ``nbmp.init_reductions``: torch.multiprocessing's own, for code
+    written against it (torch's reducers, which share through torch's own handles)."""
+    try:
+        from torch.multiprocessing import reductions
+    except ImportError:
+        raise AttributeError(f"nbmp.{name} is torch.multiprocessing's {name}, which needs torch: "
+                             f"pip install torch (nbmp itself shares tensors without it)") from None
+    return reductions if name == "reductions" else reductions.init_reductions
 
 def check_cpu(t: "torch.Tensor") -> None:
     """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
