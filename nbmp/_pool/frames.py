@@ -192,4 +192,3 @@ class FrameReader:
                 if fd == self._fd:
                     return
                 self._wakeup.clear()
-

@@ -46,6 +46,7 @@ def torch_multiprocessing_name(name: str) -> Any:
                              f"pip install torch (nbmp itself shares tensors without it)") from None
     return reductions if name == "reductions" else reductions.init_reductions
 
+
 def check_cpu(t: "torch.Tensor") -> None:
     """Raise a ValueError that says what to do for a tensor that is not in CPU memory."""
     if t.device.type != "cpu":
