@@ -8,6 +8,7 @@ import os
 import signal
 import struct
 import sys
+import threading
 import time
 from typing import Any, List
 
@@ -701,3 +702,35 @@ def test_bad_task_arguments_are_refused(ctx):
             pool.map(abs, [1], chunksize=0)
         with pytest.raises(TypeError, match="func must be callable"):
             pool.apply_async(1)
+
+
+def _sleep_long(_: int) -> None:
+    time.sleep(3600)  # until the Pool is terminated
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("call", ["map", "get", "imap", "join"])
+def test_an_interrupt_that_another_thread_takes_still_stops_a_waiting_call(call):
+    # The kernel gives a process's SIGINT to any thread that does not block it. With the main
+    # thread blocking it here, one of the Pool's threads takes it; Python then raises it in the
+    # main thread at its next bytecode, which an untimed wait for the call never reaches
+    # (this test hung until its timeout). Waiting in slices, the call raises it.
+    pool = nbmp.Pool(2)  # its threads are made before the block: they take the signal
+    calls = {
+        "map": lambda: pool.map(_sleep_long, range(2), chunksize=1),
+        "get": lambda: pool.map_async(_sleep_long, range(2), chunksize=1).get(),
+        "imap": lambda: next(pool.imap(_sleep_long, range(2))),
+        "join": lambda: (pool.map_async(_sleep_long, range(2), chunksize=1), pool.close(), pool.join()),
+    }
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # blocks it too: made now
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            calls[call]()
+        timer.join()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        pool.terminate()
+        pool.join()
+    assert all(w.exitcode is not None for w in pool._pool)

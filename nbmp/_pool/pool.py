@@ -39,6 +39,7 @@ from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
 from .frames import StreamCut
+from .results import SLICE, sliced
 from .sending import Prepickled
 from .watch import BROKEN_QUEUES, READERS, Watch, drain
 from .worker import Timed
@@ -202,6 +203,10 @@ class Pool(_stdpool.Pool):
         mid-message, or on a queue lock it held, and would never exit by themselves."""
         if self._watch.broken is not None and self._state == _stdpool.CLOSE:
             self.terminate()
+        if self._state in (_stdpool.CLOSE, _stdpool.TERMINATE):  # else the stdlib's join raises
+            for thread in (self._worker_handler, self._task_handler, self._result_handler):  # type: ignore[attr-defined]  # stdlib private
+                while thread.is_alive():
+                    thread.join(SLICE)  # an interrupt another thread took is raised within a slice (see results)
         super().join()
         self._watch.stop()
         self._watch.release_unread()
@@ -241,7 +246,7 @@ class Pool(_stdpool.Pool):
             Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
         self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func,  # type: ignore[attr-defined]  # stdlib private
                          len(iterable))  # type: ignore[arg-type]  # Sized: has __len__, or made a list above
-        return result
+        return sliced(result)
 
     def apply_async(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {},
                     callback: Optional[Callable[..., Any]] = None,
@@ -252,21 +257,21 @@ class Pool(_stdpool.Pool):
         _checks.keywords(kwds, "kwds")
         result = super().apply_async(func, args, kwds, callback, error_callback)
         self._watch.name(result._job, "apply_async", func)  # type: ignore[attr-defined]  # stdlib private
-        return result
+        return sliced(result)
 
     def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.imap(f, range(10))")
-        return super().imap(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
+        return sliced(super().imap(Prepickled(func), iterable, chunksize))  # type: ignore[arg-type]  # unpickles as func in the worker
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
         _check_func(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.imap_unordered(f, range(10))")
-        return super().imap_unordered(Prepickled(func), iterable, chunksize)  # type: ignore[arg-type]  # unpickles as func in the worker
+        return sliced(super().imap_unordered(Prepickled(func), iterable, chunksize))  # type: ignore[arg-type]  # unpickles as func in the worker
 
     # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
 
