@@ -723,13 +723,14 @@ def test_an_interrupt_that_another_thread_takes_still_stops_a_waiting_call(call)
         "join": lambda: (pool.map_async(_sleep_long, range(2), chunksize=1), pool.close(), pool.join()),
     }
     previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # blocks it too: made now
     try:
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))  # blocks it too: made now
         timer.start()
         with pytest.raises(KeyboardInterrupt):
             calls[call]()
-        timer.join()
     finally:
+        timer.cancel()  # a failed call must not leave the signal to land in a later test
+        timer.join()
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         pool.terminate()
         pool.join()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import select
 import threading
+from typing import Iterator
 
 import pytest
 
@@ -17,33 +18,31 @@ def _readable(wake: WakeUp) -> bool:
     return bool(select.select([wake], [], [], 0)[0])
 
 
-def test_wakeup_set_makes_it_readable_until_cleared() -> None:
-    wake = WakeUp()
-    try:
-        assert not _readable(wake)
-        wake.set()
-        wake.set()
-        assert _readable(wake)
-        wake.clear()
-        assert not _readable(wake)
-    finally:
-        wake.close()
+@pytest.fixture
+def wake() -> Iterator[WakeUp]:
+    made = WakeUp()
+    yield made
+    made.close()
 
 
-def test_wakeup_set_never_blocks_on_a_full_pipe() -> None:
+def test_wakeup_set_makes_it_readable_until_cleared(wake: WakeUp) -> None:
+    assert not _readable(wake)
+    wake.set()
+    wake.set()
+    assert _readable(wake)
+    wake.clear()
+    assert not _readable(wake)
+
+
+def test_wakeup_set_never_blocks_on_a_full_pipe(wake: WakeUp) -> None:
     # A pipe holds 64 KiB by default: far more sets than that must return at once.
-    wake = WakeUp()
-    try:
-        for _ in range(200_000):
-            wake.set()
-        wake.clear()
-        assert not _readable(wake)
-    finally:
-        wake.close()
+    for _ in range(200_000):
+        wake.set()
+    wake.clear()
+    assert not _readable(wake)
 
 
-def test_wakeup_wakes_a_thread_waiting_in_select() -> None:
-    wake = WakeUp()
+def test_wakeup_wakes_a_thread_waiting_in_select(wake: WakeUp) -> None:
     woken = threading.Event()
 
     def waiter() -> None:
@@ -59,7 +58,6 @@ def test_wakeup_wakes_a_thread_waiting_in_select() -> None:
     finally:
         wake.set()
         thread.join(10)
-        wake.close()
 
 
 def test_wakeup_closed_is_a_no_op_to_set_and_gives_its_descriptors_back() -> None:

@@ -26,6 +26,7 @@ _SIGTERM = int(signal.SIGTERM)
 __all__ = [
     "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
     "default_termination", "widen_pipe", "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp",
+    "INTERRUPT_SLICE",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -130,6 +131,13 @@ def _exists(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+INTERRUPT_SLICE = 0.25
+"""Seconds the caller's thread waits at most in one go for a call that may take long (a
+run's join, a Pool's result): the kernel may give a process's SIGINT to any thread that
+does not block it, and Python raises it in the main thread only at its next bytecode, which
+an untimed lock wait never reaches. Waiting in slices, the interrupt is raised within one."""
 
 
 class interrupts_blocked:
@@ -323,7 +331,7 @@ class WakeUp:
         try:
             while os.read(self._r, 512):
                 pass
-        except (BlockingIOError, OSError):  # empty, or closed by then
+        except OSError:  # empty (BlockingIOError), or closed by then
             pass
 
     def close(self) -> None:

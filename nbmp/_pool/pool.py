@@ -39,7 +39,7 @@ from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
 from .frames import StreamCut
-from .results import SLICE, sliced
+from .results import sliced
 from .sending import Prepickled
 from .watch import BROKEN_QUEUES, READERS, Watch, drain
 from .worker import Timed
@@ -206,7 +206,7 @@ class Pool(_stdpool.Pool):
         if self._state in (_stdpool.CLOSE, _stdpool.TERMINATE):  # else the stdlib's join raises
             for thread in (self._worker_handler, self._task_handler, self._result_handler):  # type: ignore[attr-defined]  # stdlib private
                 while thread.is_alive():
-                    thread.join(SLICE)  # an interrupt another thread took is raised within a slice (see results)
+                    thread.join(_posix.INTERRUPT_SLICE)  # an interrupt another thread took is raised within one
         super().join()
         self._watch.stop()
         self._watch.release_unread()

@@ -1,13 +1,11 @@
-"""The standard Pool's result objects, waiting in short slices.
+"""The standard Pool's result objects, waiting in slices of ``posix.INTERRUPT_SLICE``.
 
-CPython runs a Python signal handler in the main thread only, but the kernel may hand a
-process's SIGINT to any thread that does not block it: one of the Pool's own threads, or a
-kernel's, when the main thread does not take it (a signal sent from another thread of the
-process, as ipykernel's "message" interrupts are; a moment when the main thread blocks it).
-The handler then waits for the main thread's next bytecode, and a main thread blocked in an
-untimed lock wait (``AsyncResult.get()``, iterating ``imap``, ``Pool.join()``) has none
-until the whole call ends. Waiting in slices of :data:`SLICE` seconds, it sees the interrupt
-within a slice, as ``spawn``'s ``join`` does.
+The kernel may hand a process's SIGINT to a thread other than the main one (one of the Pool's
+own, or a kernel's) when the main thread does not take it: a signal sent from another thread
+of the process, as ipykernel's "message" interrupts are, or one that lands while the main
+thread blocks it. Python then raises it at the main thread's next bytecode, which an untimed
+wait (``AsyncResult.get()``, iterating ``imap``) never reaches before the call ends. In
+slices, it is raised within one, as in ``spawn``'s ``join``.
 
 The Pool's calls return these subclasses (same state, ``isinstance`` unchanged): the stdlib
 makes each result object, and :func:`sliced` switches its class.
@@ -19,9 +17,9 @@ from multiprocessing import TimeoutError
 from multiprocessing import pool as _stdpool
 from typing import Any, Dict, Optional, Type, TypeVar
 
-__all__ = ["SLICE", "sliced"]
+from .._backend.posix import INTERRUPT_SLICE
 
-SLICE = 0.25  # seconds: an interrupt taken by another thread is raised this late at most
+__all__ = ["sliced"]
 
 _R = TypeVar("_R")
 
@@ -31,7 +29,7 @@ class _SlicedApply(_stdpool.ApplyResult):  # type: ignore[type-arg]  # generic i
         if timeout is not None:
             return super().wait(timeout)
         while not self.ready():
-            super().wait(SLICE)
+            super().wait(INTERRUPT_SLICE)
 
 
 class _SlicedMap(_stdpool.MapResult, _SlicedApply):  # type: ignore[type-arg]  # generic in typeshed only
@@ -44,7 +42,7 @@ class _SlicedIMap(_stdpool.IMapIterator):  # type: ignore[type-arg]  # generic i
             return super().next(timeout)
         while True:
             try:
-                return super().next(SLICE)
+                return super().next(INTERRUPT_SLICE)
             except TimeoutError:
                 continue
 

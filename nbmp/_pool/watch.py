@@ -191,15 +191,14 @@ class Watch:
         return pool is not None and (pool._state == RUN or bool(self.workers) or bool(self.cache))
 
     def _run(self) -> None:
+        wakeup = self._wakeup
+        assert wakeup is not None  # made by start()
         try:
-            self._watch_workers()
+            self._watch_workers(wakeup.fileno())
         finally:
-            assert self._wakeup is not None  # made by start()
-            self._wakeup.close()
+            wakeup.close()
 
-    def _watch_workers(self) -> None:
-        assert self._wakeup is not None  # made by start()
-        woken = self._wakeup.fileno()
+    def _watch_workers(self, woken: int) -> None:
         unreaped, sampled = 0, False
         while self._watching():
             with self.lock:

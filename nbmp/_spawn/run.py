@@ -142,7 +142,7 @@ def _wait(sup: Supervisor, timeout: Optional[float]) -> bool:
     # Short slices: a signal handled by another thread must still reach us soon.
     deadline = None if timeout is None else max(0.0, timeout)
     while deadline is None or deadline > 0:
-        step = 0.25 if deadline is None else min(0.25, deadline)
+        step = _posix.INTERRUPT_SLICE if deadline is None else min(_posix.INTERRUPT_SLICE, deadline)
         if sup.done.wait(step):
             return True
         if deadline is not None:
