@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
-import threading
 import time
 from collections import deque
 from multiprocessing.connection import wait
@@ -32,7 +31,7 @@ from multiprocessing import pool as _stdpool
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
 
 from . import progress as _progress
-from .._backend import default_context, posix as _posix, register_factory
+from .._backend import daemons as _daemons, default_context, posix as _posix, register_factory
 from .._backend.popen_fork import fork_round
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
@@ -315,8 +314,8 @@ class Pool(_stdpool.Pool):
                         worker_handler: Any, task_handler: Any, result_handler: Any, cache: Any) -> None:
         # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
         # then joins, may wait on what a dead worker left: see _unblock_threads.
-        threading.Thread(target=_unblock_threads, args=(inqueue, outqueue, pool, worker_handler, task_handler,
-                                                        result_handler), daemon=True).start()
+        _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
+                       name="nbmp-pool-unblock")
         super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
                                 worker_handler, task_handler, result_handler, cache)
 
@@ -335,8 +334,7 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
     worker_handler.join(timeout=30)  # no worker is started any more
     reader = READERS.get(outqueue)
     if reader is not None:
-        threading.Thread(target=_read_away, args=(reader, result_handler), name="nbmp-pool-read-away",
-                         daemon=True).start()
+        _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
     wait([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
     if reader is not None:
         deadline = time.monotonic() + 30

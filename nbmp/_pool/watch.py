@@ -34,7 +34,7 @@ from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .._backend import pickling as _pickling
+from .._backend import daemons as _daemons, pickling as _pickling
 from .._backend.popen_fork import PeakMemory, peak_rss
 from .._backend.posix import WakeUp
 from .._base import WorkerExited
@@ -163,8 +163,7 @@ class Watch:
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
         self._wakeup = WakeUp()
-        self._thread = threading.Thread(target=self._run, name="nbmp-pool-watcher", daemon=True)
-        self._thread.start()
+        self._thread = _daemons.start(self._run, name="nbmp-pool-watcher")
 
     def stop(self, wait: bool = True) -> None:
         """End the watcher thread now and, with ``wait``, wait for it (the Pool was terminated
@@ -179,8 +178,13 @@ class Watch:
             thread.join(timeout=5.0)
 
     def _live_pool(self) -> Any:
+        """The Pool, unless it is gone or being terminated: by ``terminate()``, or by its
+        finalizer alone (the interpreter's exit terminates a Pool left open, whose state
+        then still says it runs)."""
         pool = self._pool()
-        return None if pool is None or pool._state == TERMINATE else pool
+        if pool is None or pool._state == TERMINATE or pool._worker_handler._state == TERMINATE:
+            return None
+        return pool
 
     # -- the watcher thread --------------------------------------------------------
 
@@ -361,7 +365,7 @@ class Watch:
                     raise
                 except Exception as exc:  # a cut message: the stream cannot be trusted any more
                     self.stream_cut = True
-                    threading.Thread(target=self._drain_cut_stream, name="nbmp-pool-drain", daemon=True).start()
+                    _daemons.start(self._drain_cut_stream, name="nbmp-pool-drain")
                     if isinstance(exc, StreamCut) and exc.notice is not None:  # the dead writer's own call first
                         self.handle(exc.notice)
                     self.handle(Notice("unreadable", payload=exc))
@@ -400,8 +404,8 @@ class Watch:
         if self._reading_late or self._get is None or self.outqueue is None:
             return
         self._reading_late = True
-        threading.Thread(target=self._read_late_results, args=(result_thread, self._get, self.outqueue._reader),
-                         name="nbmp-pool-late-results", daemon=True).start()
+        _daemons.start(self._read_late_results, result_thread, self._get, self.outqueue._reader,
+                       name="nbmp-pool-late-results")
 
     def _read_late_results(self, result_thread: threading.Thread, get: Callable[[], Any], reader: Any) -> None:
         result_thread.join()  # never two readers at once

@@ -1,0 +1,60 @@
+"""nbmp's helper threads, finished before the interpreter is.
+
+The Pool's helper threads (its watcher, the readers that drain its result pipe, the
+thread that frees a terminate) hold its queues, and may be the last to let them go.
+Under spawn and forkserver a queue's locks are named semaphores, and whichever thread
+drops a lock's last reference runs its cleanup: remove the name, then tell the resource
+tracker. A daemon thread doing so while the interpreter exits is stopped between the two
+steps, and the tracker then warns of a leaked semaphore it cannot find.
+
+So these threads are started here, and joined (``EXIT_GRACE`` seconds at most, all of
+them together) at the very end of multiprocessing's exit function: after it has
+terminated the Pools still open and stopped their workers, which is what these threads
+wait for.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from multiprocessing import util
+from typing import Any, Callable, List
+
+__all__ = ["start", "EXIT_GRACE"]
+
+EXIT_GRACE = 5.0  # seconds the interpreter's exit waits for the helper threads, all of them
+
+_lock = threading.Lock()
+_threads: List[threading.Thread] = []
+_joined_at_exit_in: List[int] = []  # the pid whose exit function joins them (a child has its own)
+
+
+def start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
+    """Start a daemon thread that the interpreter's exit waits for (see the module's docstring).
+
+    Example::
+
+        start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
+    """
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    with _lock:
+        if _joined_at_exit_in != [os.getpid()]:
+            _threads.clear()  # a forked child's copies of its parent's threads, which it does not run
+            _joined_at_exit_in[:] = [os.getpid()]
+            # Priority below every Finalize the stdlib registers (a Queue's join is -5), so
+            # it runs last: after the Pools' terminates and the daemonic children's joins.
+            util.Finalize(None, _join_all, exitpriority=-100)
+        _threads[:] = [t for t in _threads if t.is_alive()]
+        _threads.append(thread)
+    thread.start()
+    return thread
+
+
+def _join_all() -> None:
+    deadline = time.monotonic() + EXIT_GRACE
+    with _lock:
+        threads = list(_threads)
+    for thread in threads:
+        if thread is not threading.current_thread() and thread.ident is not None:
+            thread.join(max(0.0, deadline - time.monotonic()))
