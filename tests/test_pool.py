@@ -526,6 +526,22 @@ def test_killing_idle_workers_loses_nothing(ctx):
             assert pool.map(lambda x: x * round, range(6), chunksize=1) == [x * round for x in range(6)]
 
 
+def test_the_watcher_ends_when_the_pools_finalizer_alone_terminates_it():
+    # The interpreter's exit terminates a Pool left open through its finalizer, not
+    # terminate(): the Pool's state still says it runs. The exit then waits for nbmp's
+    # helper threads (nbmp._backend.daemons), so the watcher must end too, not watch on.
+    pool = nbmp.Pool(2)
+    try:
+        assert pool.map(abs, [-1, -2]) == [1, 2]
+        watcher = pool._watch._thread
+        assert watcher is not None and watcher.is_alive()
+        pool._terminate()  # the finalizer the exit runs
+        watcher.join(TIMEOUT)
+        assert not watcher.is_alive()
+    finally:
+        pool.terminate()
+
+
 # --------------------------------------------------------------------------
 # Exceptions raised by tasks
 # --------------------------------------------------------------------------
