@@ -53,8 +53,11 @@ def start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread
 
 def _join_all() -> None:
     deadline = time.monotonic() + EXIT_GRACE
-    with _lock:
-        threads = list(_threads)
-    for thread in threads:
-        if thread is not threading.current_thread() and thread.ident is not None:
+    me = threading.current_thread()
+    while True:  # again: a thread joined may have started another (a terminate's reader)
+        with _lock:
+            alive = [t for t in _threads if t.ident is not None and t.is_alive() and t is not me]
+        if not alive or time.monotonic() >= deadline:
+            return
+        for thread in alive:
             thread.join(max(0.0, deadline - time.monotonic()))
