@@ -45,9 +45,14 @@ def start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread
             # Priority below every Finalize the stdlib registers (a Queue's join is -5), so
             # it runs last: after the Pools' terminates and the daemonic children's joins.
             util.Finalize(None, _join_all, exitpriority=-100)
-        _threads[:] = [t for t in _threads if t.is_alive()]
+        _threads[:] = [t for t in _threads if t.ident is None or t.is_alive()]  # not one another call starts
         _threads.append(thread)
-    thread.start()
+    try:
+        thread.start()
+    except BaseException:  # e.g. no new threads while the interpreter exits
+        with _lock:
+            _threads.remove(thread)
+        raise
     return thread
 
 
