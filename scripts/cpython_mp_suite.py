@@ -28,10 +28,11 @@ import subprocess
 import sys
 import time
 import types
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Set
 
 IMPL_VAR, METHOD_VAR, TYPES_VAR, ONLY_VAR = "NBMP_SUITE_IMPL", "NBMP_SUITE_METHOD", "NBMP_SUITE_TYPES", "NBMP_SUITE_ONLY"
 TEST_TIMEOUT_VAR = "NBMP_SUITE_TEST_TIMEOUT"
+SHM_DIR = "/dev/shm"  # POSIX shared memory and named semaphores (sem.*) live here on Linux
 MODULE = "_nbmp_cpython_suite_tests"  # the test classes' importable home (spawn children unpickle them)
 MIRRORS = ["connection", "context", "dummy", "heap", "managers", "pool", "process", "queues", "reduction",
            "shared_memory", "sharedctypes", "synchronize", "util"]
@@ -126,11 +127,20 @@ def run_tests(module: types.ModuleType) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
     per_test = float(os.environ.get(TEST_TIMEOUT_VAR, "300"))
+    seen = _shm_names()
+
+    def note_shm(where: str) -> None:
+        # The /dev/shm names made since the last look (the driver reports those left at the end).
+        new = _shm_names() - seen
+        for name in sorted(new):
+            print(f"@@ shm {name} {where}", file=sys.__stdout__, flush=True)
+        seen.update(new)
 
     class Result(unittest.TextTestResult):
         # A test that hangs dumps every thread's stack to stderr and ends the run, as
         # regrtest's --timeout does: the driver prints it and names the test.
         def startTest(self, test: Any) -> None:
+            note_shm(f"(before {test.id()})")
             print(f"@@ start {test.id()}", file=sys.__stdout__, flush=True)
             faulthandler.dump_traceback_later(per_test, exit=True)
             super().startTest(test)
@@ -138,6 +148,7 @@ def run_tests(module: types.ModuleType) -> None:
         def stopTest(self, test: Any) -> None:
             faulthandler.cancel_dump_traceback_later()
             super().stopTest(test)
+            note_shm(test.id())
 
         def _report(self, outcome: str, test: Any) -> None:
             print(f"@@ {outcome} {test.id()}", file=sys.__stdout__, flush=True)
@@ -171,6 +182,14 @@ def run_tests(module: types.ModuleType) -> None:
         unittest.TextTestRunner(stream=sys.stderr, resultclass=Result, verbosity=0).run(tests)
     finally:
         module.tearDownModule()
+        note_shm("(the module's set-up and tear-down)")
+
+
+def _shm_names() -> Set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
 
 
 def _flatten(suite: Any) -> List[Any]:
@@ -202,8 +221,12 @@ def run_one(impl: str, method: str, types_: List[str], timeout: float, only: Lis
         hung = True
     outcomes: Dict[str, str] = {}
     last_started = None
+    made: Dict[str, str] = {}  # /dev/shm name -> the test during which it appeared
     for line in out.splitlines():
-        if line.startswith("@@ "):
+        if line.startswith("@@ shm "):
+            _, _, name, where = line.split(" ", 3)
+            made[name] = where if where.startswith("(") else where.split(".", 1)[1]
+        elif line.startswith("@@ "):
             _, outcome, test_id = line.split(" ", 2)
             if outcome == "start":
                 last_started = test_id.split(".", 1)[1]
@@ -212,8 +235,25 @@ def run_one(impl: str, method: str, types_: List[str], timeout: float, only: Lis
     if hung or proc.returncode != 0:  # a hang or a crash: say where, with the child's last words
         print(f"{method} {impl}: the run {'hung' if hung else f'exited with {proc.returncode}'}"
               f" during {last_started or 'start-up'}; its stderr ends with:\n{err[-6000:]}", flush=True)
+    left = _left_in_shm(made)
+    for name, test_id in sorted(left.items()):
+        # Reported, not failed on: other processes on a shared machine make and remove their own.
+        print(f"{method} {impl}: /dev/shm/{name} was made during {test_id} and is still there after the run",
+              flush=True)
     return {"outcomes": outcomes, "hung": hung, "seconds": round(time.monotonic() - started),
-            "stderr_tail": err[-4000:], "returncode": proc.returncode, "last_started": last_started}
+            "stderr_tail": err[-4000:], "returncode": proc.returncode, "last_started": last_started,
+            "left_in_shm": left}
+
+
+def _left_in_shm(made: Dict[str, str], settle: float = 3.0) -> Dict[str, str]:
+    """The names in ``made`` still in /dev/shm once the run's resource trackers have had
+    ``settle`` seconds to remove what they were told of (they outlive the run's interpreter)."""
+    deadline = time.monotonic() + settle
+    while True:
+        left = {name: test_id for name, test_id in made.items() if name in _shm_names()}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 def confirmed(method: str, types_: List[str], timeout: float, suspects: List[str]) -> List[str]:
