@@ -39,3 +39,11 @@ class Listener(connection.Listener):
 def Client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> Connection:
     """``multiprocessing.connection.Client``, returning an nbmp :class:`Connection`."""
     return _upgrade(connection.Client(address, family, authkey))
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.connection as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

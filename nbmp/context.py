@@ -30,3 +30,11 @@ from ._backend.context import DefaultProcess as Process  # noqa: F401
 from ._backend.process import ForkProcess, ForkServerProcess, SpawnProcess  # noqa: F401
 
 __all__ = ()  # as the standard module's
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.context as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

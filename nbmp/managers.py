@@ -57,3 +57,11 @@ class SharedMemoryManager(_StartsFromNbmp, managers.SharedMemoryManager):
 
 
 register_factory("SyncManager", SyncManager)  # what ctx.Manager() starts
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.managers as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

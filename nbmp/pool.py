@@ -21,3 +21,11 @@ from multiprocessing.pool import (  # type: ignore[attr-defined]  # typeshed omi
 from ._pool import Pool
 
 __all__ = ["Pool", "ThreadPool"]
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.pool as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

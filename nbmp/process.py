@@ -16,3 +16,11 @@ from multiprocessing.process import (  # type: ignore[attr-defined]  # typeshed 
 )
 
 __all__ = ["BaseProcess", "current_process", "active_children", "parent_process"]
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.process as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

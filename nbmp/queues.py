@@ -18,3 +18,11 @@ from queue import Empty, Full  # noqa: F401  (as multiprocessing.queues imports 
 from ._backend.queues import JoinableQueue, Queue, SimpleQueue
 
 __all__ = ["Queue", "SimpleQueue", "JoinableQueue"]
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.queues as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

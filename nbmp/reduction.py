@@ -49,3 +49,11 @@ register = ForkingPickler.register
 def dump(obj: Any, file: io.IOBase, protocol: Optional[int] = None) -> None:
     """``multiprocessing.reduction.dump`` with nbmp's pickler."""
     file.write(_pickling.dumps(obj, protocol))
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.reduction as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

@@ -11,3 +11,11 @@ Example::
 from multiprocessing.shared_memory import ShareableList, SharedMemory
 
 __all__ = ["SharedMemory", "ShareableList"]
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.shared_memory as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

@@ -44,3 +44,11 @@ def Array(typecode_or_type: Any, size_or_initializer: Any, *, lock: Any = True, 
 def synchronized(obj: Any, lock: Any = None, ctx: Any = None) -> Any:
     """``multiprocessing.sharedctypes.synchronized``; a new lock comes from nbmp's default context."""
     return sharedctypes.synchronized(obj, lock, _ctx(ctx))
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.sharedctypes as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

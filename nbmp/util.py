@@ -20,3 +20,11 @@ from multiprocessing.util import (  # type: ignore[attr-defined]  # typeshed omi
 __all__ = ["sub_debug", "debug", "info", "sub_warning", "get_logger", "log_to_stderr", "get_temp_dir",
            "register_after_fork", "is_exiting", "Finalize", "ForkAwareThreadLock", "ForkAwareLocal",
            "close_all_fds_except", "SUBDEBUG", "SUBWARNING"]
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.util as _standard  # noqa: E402
+
+from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)

@@ -112,8 +112,12 @@ def build_tests() -> types.ModuleType:
     sys.modules.update({name: mod for name, mod in standard.items() if name in sys.modules})
     module = types.ModuleType(MODULE)
     sys.modules[MODULE] = module
+    method = os.environ.get(METHOD_VAR, "fork")
     for type_ in os.environ.get(TYPES_VAR, "processes manager").split():
-        suite.install_tests_in_module_dict(module.__dict__, os.environ.get(METHOD_VAR, "fork"), only_type=type_)
+        if type_ == "misc":  # the plain TestCase classes (start methods, resource tracker, wait, ...)
+            suite.install_tests_in_module_dict(module.__dict__, method, exclude_types=True)
+        else:
+            suite.install_tests_in_module_dict(module.__dict__, method, only_type=type_)
     return module
 
 

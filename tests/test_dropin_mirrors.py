@@ -27,6 +27,33 @@ def test_every_standard_name_imports_from_the_mirror(name):
     assert set(standard.__all__) <= set(mirror.__all__)
 
 
+@pytest.mark.parametrize("name", MIRRORED)
+def test_every_other_standard_name_reads_through_the_mirror(name):
+    # Names outside __all__ (connection.families, pool.TimeoutError) and private ones
+    # (process._children): a program or test suite swapped onto nbmp reads them as there.
+    standard = importlib.import_module(f"multiprocessing.{name}")
+    mirror = importlib.import_module(f"nbmp.{name}")
+    others = [attr for attr in dir(standard) if not attr.startswith("__") and attr not in vars(mirror)]
+    assert others, "every standard module has names the mirror leaves to it"
+    for attr in others:
+        assert getattr(mirror, attr) is getattr(standard, attr), attr
+    with pytest.raises(AttributeError, match=f"module 'nbmp.{name}' has no attribute 'no_such_name'"):
+        mirror.no_such_name
+
+
+def test_a_name_the_standard_module_rebinds_reads_as_it_is_now():
+    import multiprocessing.process
+    assert nbmp.dummy.connection.families == multiprocessing.dummy.connection.families == [None]
+    before = multiprocessing.process._current_process
+    stand_in = object()
+    multiprocessing.process._current_process = stand_in
+    try:
+        assert nbmp.process._current_process is stand_in
+    finally:
+        multiprocessing.process._current_process = before
+    assert nbmp.process._current_process is before
+
+
 def test_mirrors_are_reachable_after_import_nbmp_alone():
     out = run_main(f"""
         import nbmp as mp

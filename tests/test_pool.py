@@ -751,3 +751,72 @@ def test_an_interrupt_that_another_thread_takes_still_stops_a_waiting_call(call)
         pool.terminate()
         pool.join()
     assert all(w.exitcode is not None for w in pool._pool)
+
+
+# --------------------------------------------------------------------------
+# A context that is not nbmp's own
+# --------------------------------------------------------------------------
+
+
+class _FailsAtItsFourthStart:
+    """A context that hands out the real context's objects, but whose fourth process fails
+    to start (as a fork refused for want of memory would)."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self.made: List[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def Process(self, *args: Any, **kwargs: Any) -> Any:
+        proc = self._real.Process(*args, **kwargs)
+        self.made.append(proc)
+        if len(self.made) == 4:
+            def refuse() -> None:
+                raise OSError("no fourth worker today")
+            proc.start = refuse
+        return proc
+
+
+def test_a_worker_that_fails_to_start_fails_the_pool_and_stops_the_others(ctx):
+    context = _FailsAtItsFourthStart(ctx)
+    with pytest.raises(OSError, match="no fourth worker today"):
+        nbmp.pool.Pool(5, context=context)
+    assert len(context.made) == 5  # nbmp makes a Pool's workers first, then starts them
+    assert [p.is_alive() for p in context.made[:3]] == [False] * 3  # stopped and joined by the Pool
+    assert all(p.exitcode is not None for p in context.made[:3])
+    assert [p.pid for p in context.made[3:]] == [None, None]  # the failed one and the one after it
+
+
+class _StandInProcess:
+    """A process object that is not one (CPython's own suite builds a Pool on such, with a
+    mock context): the Pool must only start, stop and join it."""
+
+    made: List["_StandInProcess"] = []
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.name, self.exitcode, self.state = "stand-in", None, "made"
+        _StandInProcess.made.append(self)
+
+    def start(self) -> None:
+        if sum(p.state != "made" for p in _StandInProcess.made) == 2:
+            raise OSError("the stand-in refuses")
+        self.state = "started"
+
+    def terminate(self) -> None:
+        self.state = "stopping"
+
+    def join(self) -> None:
+        self.state = "stopped" if self.state == "stopping" else self.state
+
+    def is_alive(self) -> bool:
+        return self.state in ("started", "stopping")
+
+
+def test_a_pool_on_a_context_of_stand_ins_uses_them_as_the_standard_pool_does():
+    import unittest.mock
+    _StandInProcess.made.clear()
+    with pytest.raises(OSError, match="the stand-in refuses"):
+        nbmp.pool.Pool(4, context=unittest.mock.MagicMock(Process=_StandInProcess))
+    assert [p.state for p in _StandInProcess.made] == ["stopped", "stopped", "made", "made"]

@@ -283,7 +283,7 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
     waiting for the parent to read: on 2 cores, fewer threads then take turns. Refused
     (beyond ``pipe-max-size``, or once this user's pipes pass ``pipe-user-pages-soft``):
     the pipe keeps its size."""
-    if not hasattr(fcntl, "F_SETPIPE_SZ"):  # not Linux
+    if not hasattr(fcntl, "F_SETPIPE_SZ") or not isinstance(fd, int):  # not Linux; a stand-in's (a mock's) fileno
         return 0
     try:
         return int(fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, capacity))

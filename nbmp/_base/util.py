@@ -8,9 +8,9 @@ from __future__ import annotations
 import os
 import signal
 import types
-from typing import Any, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-__all__ = ["space", "format_bytes", "signal_name", "fixup_module_metadata"]
+__all__ = ["space", "format_bytes", "signal_name", "fixup_module_metadata", "falls_back_to"]
 
 
 def space(directory: str) -> Tuple[int, int]:
@@ -54,3 +54,23 @@ def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: It
         if isinstance(obj, (type, types.FunctionType)) and obj.__module__.startswith(module_name + "."):
             obj.__module__ = module_name
             obj.__qualname__ = name
+
+
+def falls_back_to(standard: types.ModuleType, mirror_name: str) -> Callable[[str], Any]:
+    """A mirror module's ``__getattr__`` (PEP 562): a name the mirror does not define is looked
+    up in ``standard``, the standard module it mirrors, at each access -- so names outside
+    ``__all__`` (``connection.families``, ``pool.TimeoutError``) and private ones the
+    standard module rebinds (``process._current_process``) read as they do there.
+
+    Example::
+
+        __getattr__ = falls_back_to(multiprocessing.util, __name__)  # in nbmp/util.py
+    """
+    def __getattr__(name: str) -> Any:
+        if not (name.startswith("__") and name.endswith("__")):  # a module's own dunders are its own
+            try:
+                return getattr(standard, name)
+            except AttributeError:
+                pass
+        raise AttributeError(f"module {mirror_name!r} has no attribute {name!r} (nor has {standard.__name__!r})")
+    return __getattr__

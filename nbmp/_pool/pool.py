@@ -26,7 +26,7 @@ import os
 import queue
 import time
 from collections import deque
-from multiprocessing.connection import wait
+from multiprocessing.connection import Connection, wait
 from multiprocessing import pool as _stdpool
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
 
@@ -147,6 +147,8 @@ class Pool(_stdpool.Pool):
 
     def _setup_queues(self) -> None:
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
+        if not all(isinstance(end, Connection) for end in (self._outqueue._reader, self._inqueue._writer)):
+            return  # a stand-in context's queues (a test's mock): the stdlib's plumbing, as is
         for queue_ in (self._inqueue, self._outqueue):  # a map's chunks and results in flight at once
             _posix.widen_pipe(queue_._writer.fileno())
         self._watch.outqueue = self._outqueue  # the reader gives back its lock (see frames)

@@ -515,7 +515,7 @@ _KINDS = {MapResult: "a map", IMapIterator: "an imap", IMapUnorderedIterator: "a
 
 def _returncode(proc: Any) -> Optional[int]:
     """The exit code already collected for ``proc``, without waiting or polling."""
-    popen = proc._popen
+    popen = getattr(proc, "_popen", None)  # a stand-in process (a test's) has none: taken as running
     return None if popen is None else popen.returncode
 
 

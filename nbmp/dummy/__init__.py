@@ -19,3 +19,11 @@ from . import connection  # noqa: F401  (as the standard package does)
 
 __all__ = ["Process", "current_process", "active_children", "freeze_support", "Lock", "RLock", "Semaphore",
            "BoundedSemaphore", "Condition", "Event", "Barrier", "Queue", "Manager", "Pipe", "Pool", "JoinableQueue"]
+
+
+# Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
+import multiprocessing.dummy as _standard  # noqa: E402
+
+from .._base.util import falls_back_to as _falls_back_to  # noqa: E402
+
+__getattr__ = _falls_back_to(_standard, __name__)
