@@ -23,7 +23,7 @@ from ._backend.posix import get_thread_name as _get_thread_name, set_thread_name
 from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
 from ._base import NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
 from ._base.checks import get_max_workers, set_max_workers
-from ._base.util import fixup_module_metadata as _fixup_module_metadata
+from ._base.util import falls_back_to as _falls_back_to, fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
@@ -76,14 +76,22 @@ _MIRRORS = frozenset({"connection", "context", "dummy", "heap", "managers", "poo
 _FROM_TORCH = frozenset({"reductions", "init_reductions"})
 
 
+# The standard submodules nbmp does not mirror (it starts its processes through them, or
+# beside them): ``nbmp.resource_tracker`` is the standard module, as is
+# ``from nbmp import resource_tracker``. Any other standard name (``SUBDEBUG``) reads as there.
+_STANDARD_ONLY = frozenset({"forkserver", "popen_fork", "popen_forkserver", "popen_spawn_posix",
+                            "popen_spawn_win32", "resource_sharer", "resource_tracker"})
+_standard_name = _falls_back_to(_multiprocessing, __name__)
+
+
 def __getattr__(name: str) -> object:
-    if name in _MIRRORS:
+    if name in _MIRRORS or name in _STANDARD_ONLY:
         import importlib
-        return importlib.import_module(f"{__name__}.{name}")
+        return importlib.import_module(f"{__name__ if name in _MIRRORS else 'multiprocessing'}.{name}")
     if name in _FROM_TORCH:
         from ._sharing._torch import torch_multiprocessing_name
         return torch_multiprocessing_name(name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _standard_name(name)
 
 
 def load_ipython_extension(ipython: "_InteractiveShell") -> None:

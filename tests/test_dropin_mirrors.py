@@ -54,6 +54,17 @@ def test_a_name_the_standard_module_rebinds_reads_as_it_is_now():
     assert nbmp.process._current_process is before
 
 
+def test_the_standard_submodules_without_a_mirror_and_other_top_level_names_are_the_standard_ones():
+    import multiprocessing.resource_tracker
+    namespace: dict = {}
+    exec("from nbmp import resource_tracker, forkserver, popen_fork, SUBDEBUG, SUBWARNING", namespace)
+    assert namespace["resource_tracker"] is multiprocessing.resource_tracker
+    assert namespace["forkserver"].__name__ == "multiprocessing.forkserver"
+    assert (namespace["SUBDEBUG"], namespace["SUBWARNING"]) == (multiprocessing.SUBDEBUG, multiprocessing.SUBWARNING)
+    with pytest.raises(AttributeError, match="module 'nbmp' has no attribute 'no_such_name'"):
+        nbmp.no_such_name
+
+
 def test_mirrors_are_reachable_after_import_nbmp_alone():
     out = run_main(f"""
         import nbmp as mp
