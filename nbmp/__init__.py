@@ -15,8 +15,6 @@ Example::
 """
 
 import multiprocessing as _multiprocessing
-from types import ModuleType as _ModuleType
-from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from ._backend.posix import get_thread_name as _get_thread_name, set_thread_name as _set_thread_name  # noqa: F401  (torch.multiprocessing's)
@@ -29,12 +27,10 @@ from .widgets import Dashboard, set_dashboard
 from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
 from ._pool import ForkShared, ProcessPoolExecutor, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
 from ._cluster import get_cluster, install as _install_cluster, set_cluster
+from ._notebook.extension import load_ipython_extension, unload_ipython_extension  # noqa: F401  (IPython's hooks)
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_pool,
                        get_sharing_strategy, get_sharing_threshold, is_shared, set_sharing_pool, set_sharing_strategy,
                        set_sharing_threshold, share, shm_usage, zeros)
-
-if _TYPE_CHECKING:
-    from IPython.core.interactiveshell import InteractiveShell as _InteractiveShell
 
 __version__ = "0.1.0"
 
@@ -67,8 +63,9 @@ _fixup_module_metadata(__name__, globals(), __all__)
 # The standard package's submodules, mirrored (bound to nbmp's contexts where the standard
 # ones bind their own): imported on first use, so ``import nbmp`` stays cheap.
 # ``multiprocessing.spawn`` has no mirror: ``nbmp.spawn`` is torch's function.
-_MIRRORS = frozenset({"connection", "context", "dummy", "heap", "managers", "pool", "process", "queues",
-                      "reduction", "shared_memory", "sharedctypes", "synchronize", "util"})
+_MIRRORS = frozenset({"connection", "context", "dummy", "forkserver", "heap", "managers", "pool", "popen_fork",
+                      "popen_forkserver", "popen_spawn_posix", "popen_spawn_win32", "process", "queues", "reduction",
+                      "resource_sharer", "resource_tracker", "shared_memory", "sharedctypes", "synchronize", "util"})
 
 
 # torch.multiprocessing's own names beyond the standard package's (its tensor reducers), for
@@ -76,38 +73,15 @@ _MIRRORS = frozenset({"connection", "context", "dummy", "heap", "managers", "poo
 _FROM_TORCH = frozenset({"reductions", "init_reductions"})
 
 
-# The standard submodules nbmp does not mirror (it starts its processes through them, or
-# beside them): ``nbmp.resource_tracker`` is the standard module, as is
-# ``from nbmp import resource_tracker``. Any other standard name (``SUBDEBUG``) reads as there.
-_STANDARD_ONLY = frozenset({"forkserver", "popen_fork", "popen_forkserver", "popen_spawn_posix",
-                            "popen_spawn_win32", "resource_sharer", "resource_tracker"})
+# Any other name of the standard package (``SUBDEBUG``) reads as there.
 _standard_name = _falls_back_to(_multiprocessing, __name__)
 
 
 def __getattr__(name: str) -> object:
-    if name in _MIRRORS or name in _STANDARD_ONLY:
+    if name in _MIRRORS:
         import importlib
-        return importlib.import_module(f"{__name__ if name in _MIRRORS else 'multiprocessing'}.{name}")
+        return importlib.import_module(f"{__name__}.{name}")
     if name in _FROM_TORCH:
         from ._sharing._torch import torch_multiprocessing_name
         return torch_multiprocessing_name(name)
     return _standard_name(name)
-
-
-def load_ipython_extension(ipython: "_InteractiveShell") -> None:
-    """``%load_ext nbmp``: register the ``%%nbmp`` and ``%nbmp`` magics (cheap: nothing starts).
-
-    Example::
-
-        %load_ext nbmp
-        %%nbmp -n 4
-        rank * rank            # -> [0, 1, 4, 9]
-    """
-    from ._notebook.magics import load
-    load(ipython)
-
-
-def unload_ipython_extension(ipython: "_InteractiveShell") -> None:
-    """``%unload_ext nbmp``: stop every nbmp worker still running and remove the magics."""
-    from ._notebook.magics import unload
-    unload(ipython)

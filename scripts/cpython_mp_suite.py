@@ -113,7 +113,7 @@ def build_tests() -> types.ModuleType:
     module = types.ModuleType(MODULE)
     sys.modules[MODULE] = module
     method = os.environ.get(METHOD_VAR, "fork")
-    for type_ in os.environ.get(TYPES_VAR, "processes manager").split():
+    for type_ in os.environ.get(TYPES_VAR, "processes threads manager misc").split():
         if type_ == "misc":  # the plain TestCase classes (start methods, resource tracker, wait, ...)
             suite.install_tests_in_module_dict(module.__dict__, method, exclude_types=True)
         else:
@@ -285,7 +285,8 @@ def count(outcomes: Dict[str, str]) -> Dict[str, int]:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=["fork", "spawn", "forkserver"])
-    parser.add_argument("--types", nargs="+", default=["processes", "manager"])
+    parser.add_argument("--types", nargs="+", default=["processes", "threads", "manager", "misc"],
+                        help="test kinds: processes, threads, manager, and misc (the plain TestCase classes)")
     parser.add_argument("--impls", nargs="+", default=["stdlib", "nbmp"])
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run (default 1200)")
     parser.add_argument("--test-timeout", type=float, default=300,

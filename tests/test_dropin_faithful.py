@@ -48,6 +48,15 @@ def test_a_child_inherits_the_context_it_was_started_with(method):
     assert out.strip() == f"[1, 2] {{'child': {method!r}, 'grandchild': {method!r}}}"
 
 
+@pytest.mark.parametrize("default", SPAWNING)
+def test_a_child_a_fork_context_started_has_fork_as_its_default(default):
+    # The standard bootstrap forces the child's default to its own start method; nbmp's too.
+    out = run_main(GRANDCHILD.format(setup=f"nbmp.set_start_method({default!r}, force=True); "
+                                           f"ctx = nbmp.get_context('fork')",
+                                     queue="ctx.Queue()", process="ctx.Process"))
+    assert out.strip() == "[1, 2] {'child': 'fork', 'grandchild': 'fork'}"
+
+
 class RaisesInReduce:
     def __reduce__(self):
         raise RuntimeError("my own reduce failed")

@@ -12,8 +12,11 @@ import nbmp
 from conftest import TIMEOUT
 from helpers import run_main
 
-MIRRORED = ["pool", "connection", "sharedctypes", "queues", "synchronize", "util", "dummy", "dummy.connection",
-            "heap", "process", "reduction", "context", "managers", "shared_memory"]
+# Where nbmp defines nothing of its own, the mirror is the standard module itself.
+STANDARD_ITSELF = ["synchronize", "util", "dummy", "dummy.connection", "heap", "process", "shared_memory", "forkserver",
+                   "popen_fork", "popen_forkserver", "popen_spawn_posix", "resource_sharer", "resource_tracker"]
+NBMPS_OWN = ["pool", "connection", "sharedctypes", "queues", "reduction", "context", "managers"]
+MIRRORED = NBMPS_OWN + STANDARD_ITSELF
 
 
 @pytest.mark.parametrize("name", MIRRORED)
@@ -27,10 +30,10 @@ def test_every_standard_name_imports_from_the_mirror(name):
     assert set(standard.__all__) <= set(mirror.__all__)
 
 
-@pytest.mark.parametrize("name", MIRRORED)
+@pytest.mark.parametrize("name", NBMPS_OWN)
 def test_every_other_standard_name_reads_through_the_mirror(name):
-    # Names outside __all__ (connection.families, pool.TimeoutError) and private ones
-    # (process._children): a program or test suite swapped onto nbmp reads them as there.
+    # Names outside __all__ (connection.families, pool.TimeoutError) and private ones:
+    # a program or test suite swapped onto nbmp reads them as there.
     standard = importlib.import_module(f"multiprocessing.{name}")
     mirror = importlib.import_module(f"nbmp.{name}")
     others = [attr for attr in dir(standard) if not attr.startswith("__") and attr not in vars(mirror)]
@@ -41,35 +44,69 @@ def test_every_other_standard_name_reads_through_the_mirror(name):
         mirror.no_such_name
 
 
-def test_a_name_the_standard_module_rebinds_reads_as_it_is_now():
-    import multiprocessing.process
-    assert nbmp.dummy.connection.families == multiprocessing.dummy.connection.families == [None]
-    before = multiprocessing.process._current_process
-    stand_in = object()
-    multiprocessing.process._current_process = stand_in
+@pytest.mark.parametrize("name", STANDARD_ITSELF)
+def test_a_mirror_that_adds_nothing_is_the_standard_module_itself(name):
+    standard = importlib.import_module(f"multiprocessing.{name}")
+    assert importlib.import_module(f"nbmp.{name}") is standard
+    assert eval(f"nbmp.{name}") is standard
+
+
+def test_what_is_patched_on_such_a_mirror_is_patched_on_the_standard_module():
+    import unittest.mock
+    from nbmp.shared_memory import SharedMemory
+    with unittest.mock.patch("nbmp.shared_memory._make_filename", return_value="/nbmp_test_patched_name"):
+        shm = SharedMemory(create=True, size=16)
     try:
-        assert nbmp.process._current_process is stand_in
+        assert shm.name == "nbmp_test_patched_name"
     finally:
-        multiprocessing.process._current_process = before
-    assert nbmp.process._current_process is before
+        shm.close()
+        shm.unlink()
+    assert nbmp.dummy.connection.families == [None]
 
 
-def test_the_standard_submodules_without_a_mirror_and_other_top_level_names_are_the_standard_ones():
-    import multiprocessing.resource_tracker
-    namespace: dict = {}
-    exec("from nbmp import resource_tracker, forkserver, popen_fork, SUBDEBUG, SUBWARNING", namespace)
-    assert namespace["resource_tracker"] is multiprocessing.resource_tracker
-    assert namespace["forkserver"].__name__ == "multiprocessing.forkserver"
-    assert (namespace["SUBDEBUG"], namespace["SUBWARNING"]) == (multiprocessing.SUBDEBUG, multiprocessing.SUBWARNING)
+def test_the_standard_packages_other_names_are_the_standard_ones():
+    assert (nbmp.SUBDEBUG, nbmp.SUBWARNING) == (multiprocessing.SUBDEBUG, multiprocessing.SUBWARNING)
     with pytest.raises(AttributeError, match="module 'nbmp' has no attribute 'no_such_name'"):
         nbmp.no_such_name
+
+
+SWAPPED = """
+    import importlib, sys
+    import nbmp
+    for name in {mirrors!r}:
+        sys.modules["multiprocessing." + name] = importlib.import_module("nbmp." + name)
+    sys.modules["multiprocessing"] = nbmp
+    import multiprocessing
+
+    def child(value, condition, q):
+        with condition:
+            value.value += 1
+        q.put((value.value, multiprocessing.get_start_method()))
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context({method!r})
+        value, condition, q = ctx.Value("i", 41), ctx.Condition(), ctx.Queue()
+        p = ctx.Process(target=child, args=(value, condition, q))
+        p.start()
+        print(q.get(timeout=60))
+        p.join()
+"""
+
+
+@pytest.mark.parametrize("method", [m for m in nbmp.get_all_start_methods() if m != "fork"])
+def test_a_program_that_puts_nbmp_in_multiprocessings_place_sends_standard_objects(method):
+    # A standard Value reduces to multiprocessing.sharedctypes.synchronized, a name the swapped-in
+    # mirror holds nbmp's own function under: it still goes by reference to the standard one.
+    out = run_main(SWAPPED.format(mirrors=MIRRORED, method=method))
+    assert out.strip() == f"(42, {method!r})"
 
 
 def test_mirrors_are_reachable_after_import_nbmp_alone():
     out = run_main(f"""
         import nbmp as mp
         for name in {[n for n in MIRRORED if "." not in n]!r}:
-            assert getattr(mp, name).__name__ == "nbmp." + name, name
+            expected = ("multiprocessing." if name in {STANDARD_ITSELF!r} else "nbmp.") + name
+            assert getattr(mp, name).__name__ == expected, name
         print(mp.pool.ThreadPool is __import__("multiprocessing.pool").pool.ThreadPool, mp.connection.wait.__module__)
     """)
     assert out.split() == ["True", "multiprocessing.connection"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
+import importlib
 import io
 import pickle
 import sys
@@ -172,10 +173,35 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
         if cls is FunctionType or isinstance(obj, type):
             if _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
                 return NotImplemented
+            hidden = _hidden_standard_name(obj)
+            if hidden is not None:
+                return hidden
             return super().reducer_override(obj)  # cloudpickle decides, and sends it by value
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
             or _copyreg_reducers.get(cls)
         return NotImplemented if reducer is None else reducer(obj)
+
+
+def _hidden_standard_name(obj: Any) -> Optional[Tuple[Any, ...]]:
+    """The reduction of a standard multiprocessing function or class that a program has hidden
+    from import by name by putting nbmp's mirror in its module's place
+    (``sys.modules["multiprocessing.sharedctypes"] = nbmp.sharedctypes``, whose ``synchronized``
+    is nbmp's, not the one a standard ``Value`` reduces to): by reference to the standard module
+    all the same. By value it would fail (its module's globals hold weak references). None
+    for anything else."""
+    module_name, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    if not (isinstance(module_name, str) and module_name.startswith("multiprocessing.") and isinstance(name, str)):
+        return None
+    standard = getattr(sys.modules.get(module_name), "__dict__", {}).get("_standard")  # an nbmp mirror's
+    if standard is None or "." in name or getattr(standard, name, None) is not obj:
+        return None
+    return _standard_name, (module_name, name)
+
+
+def _standard_name(module_name: str, name: str) -> Any:
+    """``name`` of the standard module ``module_name``, also where an nbmp mirror stands in its place."""
+    module = importlib.import_module(module_name)
+    return getattr(vars(module).get("_standard", module), name)
 
 
 # --------------------------------------------------------------------------

@@ -131,6 +131,10 @@ class ForkProcess(_NbmpProcess):
     @staticmethod
     def _after_fork() -> None:
         popen_fork.take_stdin()  # the /dev/null reader the parent opened (see popen_fork)
+        # As the standard bootstrap does for the standard module's default: in a child a fork
+        # context started, nbmp.get_start_method() says "fork", whatever the parent's default.
+        if default_context is not None and default_context.get_start_method(allow_none=True) not in (None, "fork"):
+            default_context.set_start_method("fork", force=True)
         process.BaseProcess._after_fork()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
 
 

@@ -1,0 +1,21 @@
+"""``multiprocessing.resource_tracker``, mirrored: the standard resource tracker (nbmp's
+named semaphores and segments are registered with it).
+
+nbmp defines nothing here: this module stands for the standard module itself, so that what
+a program reads, sets or patches on it is the standard module's.
+
+Example::
+
+    >>> from nbmp.resource_tracker import ensure_running
+"""
+
+import importlib as _importlib
+import sys as _sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # for type checkers: the standard names
+    from multiprocessing.resource_tracker import *  # noqa: F401,F403
+
+# By name, not ``import multiprocessing.resource_tracker``: that reads the package's attribute, and a
+# program may have put nbmp in the package's place.
+_sys.modules[__name__] = _importlib.import_module("multiprocessing.resource_tracker")
