@@ -1,21 +1,15 @@
-"""``multiprocessing.forkserver``, mirrored: the standard forkserver (nbmp's forkserver
-children are started by it, with nbmp preloaded).
+"""``multiprocessing.forkserver``, mirrored: the standard forkserver (nbmp's forkserver children are
+started by it, with nbmp preloaded).
 
-nbmp defines nothing here: this module stands for the standard module itself, so that what
-a program reads, sets or patches on it is the standard module's.
+The standard module itself (see ``nbmp._base.util.stand_for``).
 
 Example::
 
     >>> from nbmp.forkserver import set_forkserver_preload
 """
 
-import importlib as _importlib
-import sys as _sys
-from typing import TYPE_CHECKING
+from multiprocessing.forkserver import *  # noqa: F401,F403  (its names, for type checkers)
 
-if TYPE_CHECKING:  # for type checkers: the standard names
-    from multiprocessing.forkserver import *  # noqa: F401,F403
+from ._base.util import stand_for as _stand_for
 
-# By name, not ``import multiprocessing.forkserver``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_sys.modules[__name__] = _importlib.import_module("multiprocessing.forkserver")
+_stand_for(__name__, "multiprocessing.forkserver")

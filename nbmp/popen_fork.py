@@ -1,20 +1,15 @@
-"""``multiprocessing.popen_fork``, mirrored: the standard ``Popen`` for fork (nbmp's own lives in ``nbmp._backend``).
+"""``multiprocessing.popen_fork``, mirrored: the standard ``Popen`` for fork (nbmp's own is
+``nbmp._backend.popen_fork``).
 
-nbmp defines nothing here: this module stands for the standard module itself, so that what
-a program reads, sets or patches on it is the standard module's.
+The standard module itself (see ``nbmp._base.util.stand_for``).
 
 Example::
 
     >>> from nbmp.popen_fork import Popen
 """
 
-import importlib as _importlib
-import sys as _sys
-from typing import TYPE_CHECKING
+from multiprocessing.popen_fork import *  # noqa: F401,F403  (its names, for type checkers)
 
-if TYPE_CHECKING:  # for type checkers: the standard names
-    from multiprocessing.popen_fork import *  # noqa: F401,F403
+from ._base.util import stand_for as _stand_for
 
-# By name, not ``import multiprocessing.popen_fork``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_sys.modules[__name__] = _importlib.import_module("multiprocessing.popen_fork")
+_stand_for(__name__, "multiprocessing.popen_fork")

@@ -1,21 +1,13 @@
-"""``multiprocessing.popen_spawn_win32``, mirrored: the standard ``Popen`` for spawn on
-Windows (importable on Windows only, as the standard one).
+"""``multiprocessing.popen_spawn_win32``, mirrored: the standard ``Popen`` for spawn on Windows (it
+imports on Windows only, as the standard one).
 
-nbmp defines nothing here: this module stands for the standard module itself, so that what
-a program reads, sets or patches on it is the standard module's.
+The standard module itself (see ``nbmp._base.util.stand_for``).
 
 Example::
 
-    >>> import nbmp.popen_spawn_win32  # on Windows
+    >>> from nbmp.popen_spawn_win32 import Popen  # on Windows
 """
 
-import importlib as _importlib
-import sys as _sys
-from typing import TYPE_CHECKING
+from ._base.util import stand_for as _stand_for
 
-if TYPE_CHECKING:  # for type checkers: the standard names
-    from multiprocessing.popen_spawn_win32 import *  # noqa: F401,F403
-
-# By name, not ``import multiprocessing.popen_spawn_win32``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_sys.modules[__name__] = _importlib.import_module("multiprocessing.popen_spawn_win32")
+_stand_for(__name__, "multiprocessing.popen_spawn_win32")

@@ -1,21 +1,15 @@
-"""``multiprocessing.resource_sharer``, mirrored: the standard resource sharer (torch's
-shared tensors hand their descriptors over through it).
+"""``multiprocessing.resource_sharer``, mirrored: the standard resource sharer (torch's shared
+tensors hand their descriptors over through it).
 
-nbmp defines nothing here: this module stands for the standard module itself, so that what
-a program reads, sets or patches on it is the standard module's.
+The standard module itself (see ``nbmp._base.util.stand_for``).
 
 Example::
 
     >>> from nbmp.resource_sharer import DupFd
 """
 
-import importlib as _importlib
-import sys as _sys
-from typing import TYPE_CHECKING
+from multiprocessing.resource_sharer import *  # noqa: F401,F403  (its names, for type checkers)
 
-if TYPE_CHECKING:  # for type checkers: the standard names
-    from multiprocessing.resource_sharer import *  # noqa: F401,F403
+from ._base.util import stand_for as _stand_for
 
-# By name, not ``import multiprocessing.resource_sharer``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_sys.modules[__name__] = _importlib.import_module("multiprocessing.resource_sharer")
+_stand_for(__name__, "multiprocessing.resource_sharer")

@@ -1,21 +1,15 @@
-"""``multiprocessing.resource_tracker``, mirrored: the standard resource tracker (nbmp's
-named semaphores and segments are registered with it).
+"""``multiprocessing.resource_tracker``, mirrored: the standard resource tracker (nbmp's named
+semaphores and segments are registered with it).
 
-nbmp defines nothing here: this module stands for the standard module itself, so that what
-a program reads, sets or patches on it is the standard module's.
+The standard module itself (see ``nbmp._base.util.stand_for``).
 
 Example::
 
     >>> from nbmp.resource_tracker import ensure_running
 """
 
-import importlib as _importlib
-import sys as _sys
-from typing import TYPE_CHECKING
+from multiprocessing.resource_tracker import *  # noqa: F401,F403  (its names, for type checkers)
 
-if TYPE_CHECKING:  # for type checkers: the standard names
-    from multiprocessing.resource_tracker import *  # noqa: F401,F403
+from ._base.util import stand_for as _stand_for
 
-# By name, not ``import multiprocessing.resource_tracker``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_sys.modules[__name__] = _importlib.import_module("multiprocessing.resource_tracker")
+_stand_for(__name__, "multiprocessing.resource_tracker")

@@ -22,13 +22,7 @@ __all__ = ["sub_debug", "debug", "info", "sub_warning", "get_logger", "log_to_st
            "close_all_fds_except", "SUBDEBUG", "SUBWARNING"]
 
 
-# nbmp defines nothing here: this module stands for the standard module itself, so that
-# what a program reads, sets or patches on it (``mock.patch("nbmp.util.<name>")``, a
-# private name) is the standard module's. Importing it gives the standard module.
-import importlib as _importlib  # noqa: E402
-import sys as _sys  # noqa: E402
+# nbmp defines nothing here: the standard module itself (see stand_for).
+from ._base.util import stand_for as _stand_for  # noqa: E402
 
-# By name, not ``import multiprocessing.util``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_standard = _importlib.import_module("multiprocessing.util")
-_sys.modules[__name__] = _standard
+_stand_for(__name__, "multiprocessing.util")

@@ -5,12 +5,14 @@ Like ``multiprocessing.util``: nothing here knows about workers, runs or pools.
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+import sys
 import types
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-__all__ = ["space", "format_bytes", "signal_name", "fixup_module_metadata", "falls_back_to"]
+__all__ = ["space", "format_bytes", "signal_name", "fixup_module_metadata", "falls_back_to", "stand_for"]
 
 
 def space(directory: str) -> Tuple[int, int]:
@@ -74,3 +76,19 @@ def falls_back_to(standard: types.ModuleType, mirror_name: str) -> Callable[[str
                 pass
         raise AttributeError(f"module {mirror_name!r} has no attribute {name!r} (nor has {standard.__name__!r})")
     return __getattr__
+
+
+def stand_for(mirror_name: str, standard_name: str) -> None:
+    """Make the mirror module ``mirror_name``, being imported, the standard module
+    ``standard_name`` itself: for a mirror where nbmp defines nothing, so that what a program
+    reads, sets or patches on it (``mock.patch("nbmp.util.<name>")``, a private name) is the
+    standard module's. The import system hands out what ``sys.modules`` holds once the
+    mirror's code has run. The standard module is imported by name, not with
+    ``import multiprocessing.util``, which reads the package's attribute: a program may have
+    put nbmp in the package's place.
+
+    Example::
+
+        stand_for(__name__, "multiprocessing.util")  # the last line of nbmp/util.py
+    """
+    sys.modules[mirror_name] = importlib.import_module(standard_name)
