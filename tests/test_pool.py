@@ -16,7 +16,7 @@ import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from helpers import run_main
+from helpers import run_main, wait_until
 from nbmp._base.events import RunFinished, RunStarted, TaskProgress
 
 
@@ -820,3 +820,19 @@ def test_a_pool_on_a_context_of_stand_ins_uses_them_as_the_standard_pool_does():
     with pytest.raises(OSError, match="the stand-in refuses"):
         nbmp.pool.Pool(4, context=unittest.mock.MagicMock(Process=_StandInProcess))
     assert [p.state for p in _StandInProcess.made] == ["stopped", "stopped", "made", "made"]
+
+
+def test_a_pools_helper_threads_are_let_go_once_they_end(ctx):
+    # CPython's suite counts Thread objects still referenced after a test as dangling.
+    import weakref
+    from nbmp._backend import daemons
+    pool = ctx.Pool(2)
+    refs = [weakref.ref(t) for t in list(daemons._threads)]
+    assert refs, "the Pool started its watcher"
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+    pool.terminate()  # ends the watcher, and starts the helpers that free a terminate
+    pool.join()
+    del pool
+    wait_until(lambda: all(ref() is None for ref in refs), "the ended watcher is freed")
+    # The helpers the terminate started (which may have ended before we could look) too.
+    wait_until(lambda: all(t.is_alive() for t in list(daemons._threads)), "no ended helper thread is kept")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from multiprocessing import util
 from typing import Any, Callable, List
 
@@ -26,7 +27,9 @@ __all__ = ["start", "EXIT_GRACE"]
 EXIT_GRACE = 5.0  # seconds the interpreter's exit waits for the helper threads, all of them
 
 _lock = threading.Lock()
-_threads: List[threading.Thread] = []
+# Weakly: a thread alive is held by threading itself, and an ended one must not be kept
+# (CPython's test suite counts Thread objects still referenced after a test as dangling).
+_threads: "weakref.WeakSet[threading.Thread]" = weakref.WeakSet()
 _joined_at_exit_in: List[int] = []  # the pid whose exit function joins them (a child has its own)
 
 
@@ -45,13 +48,12 @@ def start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread
             # Priority below every Finalize the stdlib registers (a Queue's join is -5), so
             # it runs last: after the Pools' terminates and the daemonic children's joins.
             util.Finalize(None, _join_all, exitpriority=-100)
-        _threads[:] = [t for t in _threads if t.ident is None or t.is_alive()]  # not one another call starts
-        _threads.append(thread)
+        _threads.add(thread)
     try:
         thread.start()
     except BaseException:  # e.g. no new threads while the interpreter exits
         with _lock:
-            _threads.remove(thread)
+            _threads.discard(thread)
         raise
     return thread
 
