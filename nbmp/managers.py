@@ -31,6 +31,7 @@ from multiprocessing.managers import (  # type: ignore[attr-defined]  # typeshed
 from typing import Any, Optional
 
 from ._backend import default_context, register_factory
+from ._pool import Pool as _Pool
 
 __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryManager",
            "NamespaceProxy", "ListProxy", "DictProxy", "ValueProxy", "AutoProxy", "MakeProxyType",
@@ -56,6 +57,10 @@ class SharedMemoryManager(_StartsFromNbmp, managers.SharedMemoryManager):
     """``multiprocessing.managers.SharedMemoryManager`` started from nbmp's context."""
 
 
+# A manager's Pool is nbmp's: started in the manager's process from nbmp's context, it pickles
+# with cloudpickle. The standard one there would use the standard context, whose process
+# classes cannot be pickled by name where a program has put nbmp in multiprocessing's place.
+SyncManager.register("Pool", _Pool, PoolProxy)
 register_factory("SyncManager", SyncManager)  # what ctx.Manager() starts
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -90,15 +93,25 @@ SWAPPED = """
         p.start()
         print(q.get(timeout=60))
         p.join()
+        multiprocessing.set_start_method({method!r}, force=True)
+        with multiprocessing.Manager() as manager:  # its Pool, made in the manager's process
+            pool = manager.Pool(1)
+            print(pool.map(abs, [-3]))
+            pool.terminate()
 """
 
 
 @pytest.mark.parametrize("method", [m for m in nbmp.get_all_start_methods() if m != "fork"])
-def test_a_program_that_puts_nbmp_in_multiprocessings_place_sends_standard_objects(method):
+def test_a_program_that_puts_nbmp_in_multiprocessings_place_sends_standard_objects(method, tmp_path):
     # A standard Value reduces to multiprocessing.sharedctypes.synchronized, a name the swapped-in
     # mirror holds nbmp's own function under: it still goes by reference to the standard one.
-    out = run_main(SWAPPED.format(mirrors=MIRRORED, method=method))
-    assert out.strip() == f"(42, {method!r})"
+    # A file, not ``-c``: the spawned children (the manager's among them) run it again, swap included.
+    script = tmp_path / "swapped.py"
+    script.write_text(textwrap.dedent(SWAPPED.format(mirrors=MIRRORED, method=method)))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT * 4)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.split("\n")[:2] == [f"(42, {method!r})", "[3]"]
 
 
 def test_mirrors_are_reachable_after_import_nbmp_alone():
