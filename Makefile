@@ -34,10 +34,10 @@ test: venv typecheck
 typecheck: venv
 	$(PY) -m mypy
 
-## make cpython-suite: CPython's own multiprocessing tests (test._test_multiprocessing, the
-## processes and manager kinds) under fork, spawn and forkserver, once with the standard module
-## and once with nbmp swapped in; prints the counts and every test whose outcome differs
-## (about 10 minutes on 2 cores; not part of `make test`). Deliberate differences: docs/dropin.md
+## make cpython-suite: CPython's own multiprocessing tests (test._test_multiprocessing, every
+## kind) under fork, spawn and forkserver, once with the standard module and once with nbmp in
+## sys.modules["multiprocessing"]'s place; prints the counts and every test whose outcome differs
+## (about 16 minutes on 2 cores; not part of `make test`). Deliberate differences: docs/dropin.md
 cpython-suite: venv
 	$(PY) scripts/cpython_mp_suite.py $(SUITE_ARGS)
 
