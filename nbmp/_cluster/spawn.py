@@ -33,6 +33,9 @@ __all__ = ["spawn_on_cluster", "ClusterContext"]
 DEFAULT_GRACE_PERIOD = 3.0
 # After a stop, a rank whose task has not ended within grace + this is restarted with its worker.
 CANCEL_SLACK = 5.0
+# How long a rank whose task has finished may take to deliver its last output (its messages and
+# its task's end travel apart, and the messages may come later): past it, the rank counts as ended.
+END_WAIT = 30.0
 
 
 class ClusterContext:
@@ -123,6 +126,7 @@ class _Watch:
         self.outcomes: Dict[int, RankOutcome] = {}
         self.ended: set[int] = set()  # ranks whose outcome and output are both in
         self.end_seen: set[int] = set()  # ranks whose "end" (after their last line) has come
+        self.end_due: Dict[int, float] = {}  # ranks done but whose "end" has not come: until when we wait
         self.futures: Dict[int, Any] = {}
         self.error: Optional[BaseException] = None
         self.stopping_since: Optional[float] = None
@@ -191,6 +195,7 @@ class _Watch:
                     if message is not None:
                         self._handle(message)
                     self._flush()
+                    self._end_overdue()
                     if self.stopping_since is not None and \
                             time.monotonic() > self.stopping_since + self.grace_period + CANCEL_SLACK:
                         self._restart_stuck()
@@ -236,8 +241,21 @@ class _Watch:
             self.end_seen.add(rank)  # no "end" will come from a task that did not run
         self.outcomes[rank] = outcome
         self._report(outcome)
-        if rank in self.end_seen or rank not in self.pids:  # a rank that never started sends no "end"
+        # A task that finished ran its rank, which says so (its "started", its lines, its "end")
+        # on another channel than the task's end: those may still be on their way.
+        started = rank in self.pids or (future.status == "finished" and outcome.pid > 0)
+        if rank in self.end_seen or not started:  # a rank that never started sends no "end"
             self.ended.add(rank)
+        else:
+            self.end_due[rank] = time.monotonic() + END_WAIT
+
+    def _end_overdue(self) -> None:
+        """A finished rank whose "end" never came (a lost message) must not hold the run forever."""
+        now = time.monotonic()
+        for rank, due in list(self.end_due.items()):
+            if rank in self.ended or now > due:
+                self.ended.add(rank)
+                del self.end_due[rank]
 
     def _on_lost(self, address: str, keys: List[str]) -> None:
         for rank, rank_address in enumerate(self.addresses):
