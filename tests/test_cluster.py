@@ -104,6 +104,27 @@ def test_output_is_relayed_whole_line_with_the_rank(client, capfd):
         assert f"[{rank}] to stderr {rank}" in err.splitlines()
 
 
+def test_a_ranks_lines_that_come_after_its_task_ended_are_still_printed(client, capfd, monkeypatch):
+    # The ranks' messages and their tasks' ends travel apart: under load the messages (its
+    # "started" among them) may come after the end. Delayed here by a second each.
+    from nbmp._cluster.inbox import Inbox
+    on_time, timers = Inbox._on_rank, []
+
+    def late(self, event):
+        timer = threading.Timer(1.0, on_time, args=(self, event))
+        timers.append(timer)
+        timer.start()
+    monkeypatch.setattr(Inbox, "_on_rank", late)
+    try:
+        assert nbmp.spawn(lambda rank: print("late line of rank", rank) or rank, nprocs=2, cluster=client,
+                          dashboard=False) == [0, 1]
+    finally:
+        for timer in timers:
+            timer.join()
+    out = capfd.readouterr().out.splitlines()
+    assert "[0] late line of rank 0" in out and "[1] late line of rank 1" in out
+
+
 def test_a_raising_rank_stops_the_others_and_raises_with_its_traceback(client):
     def work(rank):
         if rank == 1:
