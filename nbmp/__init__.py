@@ -74,7 +74,7 @@ _FROM_TORCH = frozenset({"reductions", "init_reductions"})
 
 
 # Any other name of the standard package (``SUBDEBUG``) reads as there.
-_standard_name = _falls_back_to(_multiprocessing, __name__)
+_standard_name = _falls_back_to(globals(), "multiprocessing")
 
 
 def __getattr__(name: str) -> object:

@@ -24,12 +24,6 @@ __all__ = ["Pool", "ThreadPool"]
 
 
 # Every other name of the standard module (outside ``__all__``, private ones too) reads as there.
-import importlib as _importlib  # noqa: E402
-
-# By name, not ``import multiprocessing.pool``: that reads the package's attribute, and a
-# program may have put nbmp in the package's place.
-_standard = _importlib.import_module("multiprocessing.pool")
-
 from ._base.util import falls_back_to as _falls_back_to  # noqa: E402
 
-__getattr__ = _falls_back_to(_standard, __name__)
+__getattr__ = _falls_back_to(globals(), "multiprocessing.pool")

@@ -58,23 +58,28 @@ def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: It
             obj.__qualname__ = name
 
 
-def falls_back_to(standard: types.ModuleType, mirror_name: str) -> Callable[[str], Any]:
+def falls_back_to(namespace: Dict[str, Any], standard_name: str) -> Callable[[str], Any]:
     """A mirror module's ``__getattr__`` (PEP 562): a name the mirror does not define is looked
-    up in ``standard``, the standard module it mirrors, at each access -- so names outside
-    ``__all__`` (``connection.families``, ``pool.TimeoutError``) and private ones the
-    standard module rebinds (``process._current_process``) read as they do there.
+    up in the standard module ``standard_name`` at each access -- so names outside ``__all__``
+    (``connection.families``, ``pool.TimeoutError``) and private ones read as they do there.
+    The standard module is imported by name (``import multiprocessing.pool`` would read the
+    package's attribute, and a program may have put nbmp in the package's place) and kept in
+    the mirror's ``namespace`` as ``_standard``, where nbmp's pickler finds it.
 
     Example::
 
-        __getattr__ = falls_back_to(multiprocessing.util, __name__)  # in nbmp/util.py
+        __getattr__ = falls_back_to(globals(), "multiprocessing.pool")  # in nbmp/pool.py
     """
+    standard = namespace["_standard"] = importlib.import_module(standard_name)
+    mirror_name = namespace["__name__"]
+
     def __getattr__(name: str) -> Any:
         if not (name.startswith("__") and name.endswith("__")):  # a module's own dunders are its own
             try:
                 return getattr(standard, name)
             except AttributeError:
                 pass
-        raise AttributeError(f"module {mirror_name!r} has no attribute {name!r} (nor has {standard.__name__!r})")
+        raise AttributeError(f"module {mirror_name!r} has no attribute {name!r} (nor has {standard_name!r})")
     return __getattr__
 
 
