@@ -36,6 +36,7 @@ tickets survive it, since the message carrying them may still be read. When the 
 
 from __future__ import annotations
 
+import array
 import ctypes
 import mmap
 import os
@@ -243,7 +244,7 @@ class Janitor:
     def receive(self, conn: socket.socket) -> bool:
         try:
             # Never blocks: a claim's drain may have read what select() reported ready.
-            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, MAX_FDS_PER_RECV, socket.MSG_DONTWAIT)
+            data, fds = _ready_now(conn)
         except BlockingIOError:
             return True
         except OSError:
@@ -289,6 +290,21 @@ class Janitor:
         for planned in self.planned.values():
             _unlink_all(planned)
         self.planned.clear()
+
+
+def _ready_now(conn: socket.socket) -> Tuple[bytes, List[int]]:
+    """What ``conn`` has for us now, and the descriptors sent with it; BlockingIOError if nothing.
+
+    Not ``socket.recv_fds(..., MSG_DONTWAIT)``: it drops its flags (CPython 3.10 to 3.13), and a
+    blocking read of a connection a claim's drain emptied stalled the janitor until that process
+    sent again, every other process's request with it (a Pool's claim timed out after 60 s)."""
+    fds = array.array("i")
+    data, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_LEN(MAX_FDS_PER_RECV * fds.itemsize),
+                                         socket.MSG_DONTWAIT)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
 
 
 def _unlink_all(paths: Dict[str, None]) -> None:

@@ -1,0 +1,88 @@
+"""The janitor's protocol, spoken directly: a janitor of its own, for a stand-in root process,
+with connections that play the processes of its tree (nbmp/_sharing/_janitor.py lists the
+messages)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from typing import Iterator, List
+
+import psutil
+import pytest
+
+from helpers import wait_until
+from nbmp._sharing import _janitor
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _janitors(root: int) -> List[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if _janitor.__file__ in cmdline and cmdline[-1] == str(root):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def janitor() -> Iterator[int]:
+    """A janitor serving a stand-in root (a sleeping process); the root's pid. When the root is
+    killed at the end, the janitor must go with it."""
+    root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    try:
+        subprocess.run([sys.executable, "-I", "-S", _janitor.__file__, str(root.pid)], check=True, timeout=60)
+        yield root.pid
+    finally:
+        root.kill()
+        root.wait()
+        wait_until(lambda: not _janitors(root.pid), "the janitor exits with its root")
+
+
+def _connect(root: int) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(_janitor.address(root))
+    conn.settimeout(10)
+    return conn
+
+
+def _ask(conn: socket.socket, message: bytes) -> str:
+    conn.sendall(message)
+    return _reply(conn)
+
+
+def _reply(conn: socket.socket) -> str:
+    data = b""
+    while not data.endswith(b"\n"):
+        try:
+            chunk = conn.recv(256)
+        except TimeoutError:
+            raise AssertionError(f"no reply from the janitor in 10 s (read so far: {data!r})") from None
+        assert chunk, "the janitor closed the connection"
+        data += chunk
+    return data.decode().strip()
+
+
+def test_a_claim_that_reads_another_processs_messages_does_not_stall_the_janitor(janitor):
+    # Two processes send a claim while the janitor is busy (stopped here): it sees both ready at
+    # once, and the first claim, which first reads what the others sent, reads the second. The
+    # janitor must not then wait on that second connection for more (it once did, until that
+    # process sent again: every other process's request stalled, a Pool's claim for 60 s).
+    a, b = _connect(janitor), _connect(janitor)
+    with a, b:
+        for conn in (a, b):
+            assert _ask(conn, b"stat\n") == "0 0 0"  # accepted, and served
+        (proc,) = _janitors(janitor)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            a.sendall(b"claim - s1\n")
+            b.sendall(b"claim - s2\n")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert (_reply(a), _reply(b)) == ("- s1", "- s2")  # nothing pooled: none lent, both "gone"
+        assert _ask(a, b"stat\n") == "0 0 0"
+        assert _ask(b, b"stat\n") == "0 0 0"
