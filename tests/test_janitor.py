@@ -86,3 +86,27 @@ def test_a_claim_that_reads_another_processs_messages_does_not_stall_the_janitor
         assert (_reply(a), _reply(b)) == ("- s1", "- s2")  # nothing pooled: none lent, both "gone"
         assert _ask(a, b"stat\n") == "0 0 0"
         assert _ask(b, b"stat\n") == "0 0 0"
+
+
+def test_a_reply_given_up_on_is_never_read_as_the_next_ones(janitor, monkeypatch):
+    # A request that times out leaves its reply to come later: the next request must read
+    # past it, not take it for its own answer (a claim answered with another's segment).
+    from nbmp._sharing import _client
+
+    try:
+        assert _client.request(janitor, "stat\n") == ("0 0 0", [])
+        (proc,) = _janitors(janitor)
+        monkeypatch.setattr(_client, "REPLY_TIMEOUT", 0.5)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(TimeoutError, match="did not answer 'claim' within 0.5 s"):
+                _client.request(janitor, "claim - s1\n")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert _client.request(janitor, "stat\n") == ("0 0 0", [])  # not the claim's "- s1"
+        assert _client.request(janitor, "pooled\n") == ("", [])
+    finally:
+        conn = _client._conns.pop(janitor, None)
+        if conn is not None:
+            _client._owed.pop(conn, None)
+            conn.close()

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, cast
 
 from .._backend import posix as _posix
 from . import _janitor
@@ -29,6 +29,7 @@ REPLY_TIMEOUT = 60.0
 _lock = threading.RLock()
 _conns: Dict[int, socket.socket] = {}
 _conns_pid = os.getpid()
+_owed: Dict[socket.socket, int] = {}  # per connection: replies a request gave up waiting for
 _root: Optional[int] = None
 
 
@@ -50,12 +51,12 @@ def tree_root() -> int:
 
 
 def _forget_connections() -> None:
-    global _conns, _conns_pid, _lock
+    global _conns, _conns_pid, _lock, _owed
     # The lock may have been held by a thread of the parent that does not exist here.
     _lock = threading.RLock()
     for conn in _conns.values():
         conn.close()  # our copy of the parent's socket; the parent keeps its own
-    _conns, _conns_pid = {}, os.getpid()
+    _conns, _conns_pid, _owed = {}, os.getpid(), {}
 
 
 if hasattr(os, "register_at_fork"):
@@ -121,22 +122,44 @@ def request(root: int, message: str) -> Tuple[str, List[int]]:
     """Send ``message`` and wait for the janitor's one-line reply (and any fds with it).
 
     An interrupt is held until the reply is read: one raised in between would leave the
-    reply in the socket, to be read as the answer to the next request."""
+    reply in the socket, to be read as the answer to the next request. A reply that does
+    not come in time is owed: the next request reads it first and throws it away."""
     with _lock, _posix.interrupts_deferred():
         conn = _connection(root)
+        while _owed.get(conn, 0):
+            _, stale = _reply(conn, root, message)
+            _close_all(stale)
+            _owed[conn] -= 1
         conn.sendall(message.encode())
-        conn.settimeout(REPLY_TIMEOUT)
-        fds: List[int]
-        try:
-            data, fds = b"", []
-            while not data.endswith(b"\n"):
-                chunk, new_fds, _, _ = socket.recv_fds(conn, 256, 4)
-                if not chunk:
-                    raise ConnectionError("nbmp's shared-memory janitor went away (its root process exited)")
-                data, fds = data + chunk, fds + new_fds
-        finally:
-            conn.settimeout(None)
+        _owed[conn] = 1
+        data, fds = _reply(conn, root, message)
+        _owed[conn] = 0
     return data.decode().strip(), fds
+
+
+def _reply(conn: socket.socket, root: int, message: str) -> Tuple[bytes, List[int]]:
+    conn.settimeout(REPLY_TIMEOUT)
+    data, fds = b"", cast(List[int], [])
+    try:
+        while not data.endswith(b"\n"):
+            chunk, new_fds, _, _ = socket.recv_fds(conn, 256, 4)
+            if not chunk:
+                raise ConnectionError("nbmp's shared-memory janitor went away (its root process exited)")
+            data, fds = data + chunk, fds + new_fds
+    except TimeoutError:
+        _close_all(fds)
+        raise TimeoutError(f"nbmp's shared-memory janitor (of process {root}) did not answer "
+                           f"{message.split(' ')[0].strip()!r} within {REPLY_TIMEOUT:g} s. It serves every "
+                           f"process of this tree one message at a time: a machine swapping hard, or a "
+                           f"stopped janitor, makes it this slow; if neither, please report it.") from None
+    finally:
+        conn.settimeout(None)
+    return data, fds
+
+
+def _close_all(fds: Sequence[int]) -> None:
+    for fd in fds:
+        os.close(fd)
 
 
 def connected(root: int) -> bool:
