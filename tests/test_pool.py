@@ -836,3 +836,36 @@ def test_a_pools_helper_threads_are_let_go_once_they_end(ctx):
     wait_until(lambda: all(ref() is None for ref in refs), "the ended watcher is freed")
     # The helpers the terminate started (which may have ended before we could look) too.
     wait_until(lambda: all(t.is_alive() for t in list(daemons._threads)), "no ended helper thread is kept")
+
+
+class _RacedReader:
+    """A pipe's reader whose ``poll`` says "readable" after another reader took the bytes:
+    the race between two drains of a Pool's task pipe (or a drain and a worker)."""
+
+    def __init__(self) -> None:
+        self.r, self.w = os.pipe()
+
+    def fileno(self) -> int:
+        return self.r
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        os.write(self.w, b"sentinel")
+        os.read(self.r, 100)  # the other reader
+        return True
+
+
+def test_a_drain_whose_bytes_another_reader_took_does_not_block() -> None:
+    from nbmp._pool.watch import drain
+
+    reader, stop = _RacedReader(), threading.Event()
+    thread = threading.Thread(target=drain, args=(reader, lambda: not stop.is_set()), daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    stop.set()
+    thread.join(5)
+    stuck = thread.is_alive()
+    os.write(reader.w, b"x")  # frees a blocked read (the old drain), so the thread can end
+    thread.join(5)
+    os.close(reader.r)
+    os.close(reader.w)
+    assert not stuck, "drain() waited in a read of a pipe another reader had emptied"

@@ -73,3 +73,21 @@ def test_wakeup_closed_is_a_no_op_to_set_and_gives_its_descriptors_back() -> Non
     except OSError:
         reused = None
     assert reused != pipe
+
+
+def test_read_nowait_reads_what_a_pipe_holds_and_never_waits_on_an_empty_one() -> None:
+    from nbmp._backend.posix import read_nowait
+
+    r, w = os.pipe()
+    try:
+        assert read_nowait(r, 100) is None  # empty: no wait
+        os.write(w, b"task")
+        assert read_nowait(r, 100) == b"task"
+        assert os.get_blocking(r)  # the descriptor others share stays as it was
+        os.close(w)
+        w = -1
+        assert read_nowait(r, 100) == b""  # every writer gone
+    finally:
+        os.close(r)
+        if w != -1:
+            os.close(w)

@@ -294,6 +294,27 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
             return 0
 
 
+def read_nowait(fd: int, size: int) -> Optional[bytes]:
+    """Up to ``size`` bytes that the pipe behind ``fd`` holds now; ``b""`` at its end (no writer
+    left); None if it is empty, without waiting.
+
+    For a pipe that other processes read too (a Pool's task pipe): ``poll`` then a plain read
+    blocks forever once another reader took the bytes in between, and making ``fd`` itself
+    non-blocking would make it so for them too (the flag belongs to the open file they
+    share). Linux: the read goes through a non-blocking open of its own (``/proc/self/fd``);
+    elsewhere, ``select`` just before a plain read."""
+    try:
+        twin = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # no /proc
+        return os.read(fd, size) if select.select([fd], [], [], 0)[0] else None
+    try:
+        return os.read(twin, size)
+    except BlockingIOError:
+        return None
+    finally:
+        os.close(twin)
+
+
 class WakeUp:
     """A self-pipe: :meth:`set` from any thread makes :meth:`fileno` readable, so that a
     thread waiting in ``select``/``poll``/``connection.wait`` on it (beside the descriptors it

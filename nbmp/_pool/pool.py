@@ -172,9 +172,11 @@ class Pool(_stdpool.Pool):
         # load); their tickets are given back by release_unread() once the workers are gone.
         # Bytes, not messages: a stream that a worker died reading is cut mid-message, and
         # its framing read from there asks for gigabytes.
+        # Never a blocking read: the drain of _unblock_threads, or a live worker, may take the
+        # bytes that poll() saw (the terminate then hung, or the interpreter's exit waited 5 s).
         fd = inqueue._reader.fileno()
         while task_handler.is_alive() and inqueue._reader.poll():
-            os.read(fd, 1 << 20)
+            _posix.read_nowait(fd, 1 << 20)
             time.sleep(0)
 
     def close(self) -> None:

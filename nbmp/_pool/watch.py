@@ -34,7 +34,7 @@ from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .._backend import daemons as _daemons, pickling as _pickling
+from .._backend import daemons as _daemons, pickling as _pickling, posix as _posix
 from .._backend.popen_fork import PeakMemory, peak_rss
 from .._backend.posix import WakeUp
 from .._base import WorkerExited
@@ -524,7 +524,7 @@ def drain(reader: Any, going: Callable[[], bool]) -> None:
     messages, since a stream a dead worker cut mid-message has no framing left."""
     try:
         while going():
-            if reader.poll(0.05) and not os.read(reader.fileno(), 1 << 20):
+            if reader.poll(0.05) and _posix.read_nowait(reader.fileno(), 1 << 20) == b"":
                 return  # end of file: every writer is gone
     except (OSError, ValueError):  # closed meanwhile
         return
