@@ -869,3 +869,41 @@ def test_a_drain_whose_bytes_another_reader_took_does_not_block() -> None:
     os.close(reader.r)
     os.close(reader.w)
     assert not stuck, "drain() waited in a read of a pipe another reader had emptied"
+
+
+class _FreedMeanwhile:
+    """The result lock at a terminate's end: still held when the terminate looks (a worker
+    died holding it), freed by the result reader before the terminate frees it."""
+
+    def acquire(self, timeout: float = -1) -> bool:
+        return False
+
+    def release(self) -> None:
+        raise ValueError("semaphore or lock released too many times")
+
+
+class _DeadWorker:
+    def __init__(self, sentinel: int) -> None:
+        self._popen, self.sentinel = object(), sentinel
+
+
+class _Queue:  # a stand-in of the Pool's queues: only the parts the terminate's end looks at
+    def __init__(self, **parts: Any) -> None:
+        self.__dict__.update(parts)
+
+
+def test_a_result_lock_freed_by_another_thread_first_is_no_error_at_a_terminate():
+    from nbmp._pool.pool import _unblock_threads
+
+    ended = threading.Thread(target=lambda: None)
+    ended.start()
+    ended.join()
+    ended._state = "TERMINATE"  # the result thread's, as the terminate leaves it
+    r, w = os.pipe()
+    os.close(w)  # readable at once: the worker is gone
+    try:
+        outqueue = _Queue(_wlock=_FreedMeanwhile())
+        inqueue = _Queue(_reader=None)  # not read: the task thread has ended
+        _unblock_threads(inqueue, outqueue, [_DeadWorker(r)], ended, ended, ended)
+    finally:
+        os.close(r)

@@ -40,7 +40,7 @@ from .errors import WorkerLostError
 from .frames import StreamCut
 from .results import sliced
 from .sending import Prepickled
-from .watch import BROKEN_QUEUES, READERS, Watch, drain
+from .watch import BROKEN_QUEUES, READERS, Watch, drain, release_lock
 from .worker import Timed
 
 if TYPE_CHECKING:
@@ -347,7 +347,7 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
         reader.writers_gone()
     lock = outqueue._wlock
     if lock is not None and not lock.acquire(timeout=1.0):
-        lock.release()  # a Lock has no owner; its holder is dead
+        release_lock(lock)  # a Lock has no owner; its holder is dead (or the reader freed it meanwhile)
     elif lock is not None:
         lock.release()
     deadline = time.monotonic() + 60

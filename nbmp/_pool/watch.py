@@ -44,7 +44,7 @@ from .frames import FrameReader, StreamCut
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "drain"]
+__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "drain", "release_lock"]
 
 # The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
 BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -268,14 +268,14 @@ class Watch:
             return
         rlock, wlock = self.inqueue._rlock, self.outqueue._wlock
         if phase == WAITING:
-            _release(rlock)
+            release_lock(rlock)
         elif phase == IDLE and code < 0:
             self._free_if_orphaned(rlock, (WAITING, RECEIVING))
         if wlock is None:
             return
         if phase == SENDING:
             if not self._keeps_result_lock():  # else given back by the reader (see _report)
-                _release(wlock)
+                release_lock(wlock)
         elif phase in (SENT, RUNNING, INIT, DECODING) and code < 0:
             self._free_if_orphaned(wlock, (SENDING, SENT))
 
@@ -295,7 +295,7 @@ class Watch:
                 break
             time.sleep(0.005)  # a live worker that just took it says so within microseconds
         if not self._stopping:
-            _release(lock)
+            release_lock(lock)
 
     def _post(self, notice: Notice) -> None:
         """Put ``notice`` behind everything the dead worker sent (same queue, same order)."""
@@ -348,7 +348,7 @@ class Watch:
 
         def give_back() -> None:
             if wlock is not None:
-                _release(wlock)
+                release_lock(wlock)
         self.frames = frames = FrameReader(conn, give_back)
         conn.poll = frames.poll  # what the stdlib's result thread asks: messages buffered here count
         if self.outqueue is not None:
@@ -530,7 +530,9 @@ def drain(reader: Any, going: Callable[[], bool]) -> None:
         return
 
 
-def _release(lock: Any) -> None:
+def release_lock(lock: Any) -> None:
+    """Release ``lock`` for a holder that cannot (a dead worker); already released is no error:
+    another thread may have freed it first (the result reader settling a cut message)."""
     try:
         lock.release()
     except ValueError:  # already released
