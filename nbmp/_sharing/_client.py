@@ -16,7 +16,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Dict, List, Optional, Sequence, Tuple, cast
+from typing import Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .._backend import posix as _posix
 from . import _janitor
@@ -29,7 +29,7 @@ REPLY_TIMEOUT = 60.0
 _lock = threading.RLock()
 _conns: Dict[int, socket.socket] = {}
 _conns_pid = os.getpid()
-_owed: Dict[socket.socket, int] = {}  # per connection: replies a request gave up waiting for
+_owed: Set[socket.socket] = set()  # connections whose last reply a request gave up waiting for
 _root: Optional[int] = None
 
 
@@ -56,7 +56,7 @@ def _forget_connections() -> None:
     _lock = threading.RLock()
     for conn in _conns.values():
         conn.close()  # our copy of the parent's socket; the parent keeps its own
-    _conns, _conns_pid, _owed = {}, os.getpid(), {}
+    _conns, _conns_pid, _owed = {}, os.getpid(), set()
 
 
 if hasattr(os, "register_at_fork"):
@@ -126,14 +126,13 @@ def request(root: int, message: str) -> Tuple[str, List[int]]:
     not come in time is owed: the next request reads it first and throws it away."""
     with _lock, _posix.interrupts_deferred():
         conn = _connection(root)
-        while _owed.get(conn, 0):
+        if conn in _owed:  # at most one: no request is sent before the last one's reply is read
             _, stale = _reply(conn, root, message)
             _close_all(stale)
-            _owed[conn] -= 1
         conn.sendall(message.encode())
-        _owed[conn] = 1
+        _owed.add(conn)
         data, fds = _reply(conn, root, message)
-        _owed[conn] = 0
+        _owed.discard(conn)
     return data.decode().strip(), fds
 
 
