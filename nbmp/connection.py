@@ -17,28 +17,13 @@ Example::
 
 from __future__ import annotations
 
-from multiprocessing import connection
 from multiprocessing.connection import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)
     BUFSIZE, answer_challenge, arbitrary_address, deliver_challenge, wait,
 )
-from typing import Any, Optional
 
-from ._backend.connection import Connection, Pipe, _upgrade
+from ._backend.connection import Client, Connection, Listener, Pipe  # noqa: F401  (Connection: the class they return)
 
 __all__ = ["Client", "Listener", "Pipe", "wait"]
-
-
-class Listener(connection.Listener):
-    """``multiprocessing.connection.Listener`` whose accepted connections send with cloudpickle."""
-
-    def accept(self) -> Connection:
-        """Accept a connection: an nbmp :class:`Connection`."""
-        return _upgrade(super().accept())
-
-
-def Client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> Connection:
-    """``multiprocessing.connection.Client``, returning an nbmp :class:`Connection`."""
-    return _upgrade(connection.Client(address, family, authkey))
 
 
 # Every other name of the standard module (outside ``__all__``, private ones too) reads as there.

@@ -3,8 +3,12 @@
 Mirrors the standard module. What differs: ``BaseManager``, ``SyncManager`` and
 ``SharedMemoryManager`` start their server process from nbmp's default context
 (fork first), so a registry that holds a lambda or a class defined in a
-notebook cell starts under spawn and forkserver too. Registering on these
-classes never touches the standard classes' registries.
+notebook cell starts under spawn and forkserver too; and their proxies talk to the
+server over nbmp's connections (the serializer ``"nbmp"``, the default), so what a
+proxy sends is pickled as everything else nbmp sends: a lambda, a cell-defined
+object, a shared array as a handle. ``serializer="pickle"`` gives the standard
+pickler back. Registering on these classes never touches the standard classes'
+registries.
 
 Example::
 
@@ -30,7 +34,7 @@ from multiprocessing.managers import (  # type: ignore[attr-defined]  # typeshed
 )
 from typing import Any, Optional
 
-from ._backend import default_context, register_factory
+from ._backend import connection as _connection, default_context, register_factory
 from ._pool import Pool as _Pool
 
 __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryManager",
@@ -38,9 +42,31 @@ __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryMana
            "Namespace", "RemoteError"]
 
 
+class _Serializer(str):
+    """The name of nbmp's serializer in the standard module's table (``listener_client``).
+
+    Every proxy carries its serializer's name, pickled with it, and looks its client up in
+    that table where it is rebuilt. Pickled, this name is a reference to this module: a
+    process that rebuilds such a proxy without having imported nbmp imports it first, which
+    puts the entry in the table."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        return _nbmp_serializer, ()
+
+
+SERIALIZER = _Serializer("nbmp")
+managers.listener_client[SERIALIZER] = (_connection.Listener, _connection.Client)  # type: ignore[attr-defined]  # typeshed omits this runtime name
+
+
+def _nbmp_serializer() -> _Serializer:
+    return SERIALIZER
+
+
 class _StartsFromNbmp:
     def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
-                 serializer: str = "pickle", ctx: Any = None, **kwargs: Any) -> None:
+                 serializer: str = SERIALIZER, ctx: Any = None, **kwargs: Any) -> None:
         super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
                          ctx=ctx or default_context.get_context(), **kwargs)
 

@@ -208,3 +208,72 @@ def test_code_sent_by_value_keeps_its_file_name(dumps):
     inner = sent(1)
     assert inner.__code__.co_filename == "<cell-7>"  # a code object nested in the constants
     assert inner(41) == 42
+
+
+# -- managers: a proxy's requests and replies go through nbmp's pickler --
+
+@pytest.mark.parametrize("method", nbmp.get_all_start_methods())
+def test_manager_proxies_carry_lambdas_and_objects_defined_in_main(method):
+    out = run_main(f"""
+        import nbmp
+
+        class Point:
+            def __init__(self, x): self.x = x
+
+        if __name__ == "__main__":
+            with nbmp.get_context({method!r}).Manager() as m:
+                d, q, ns, shared = m.dict(), m.Queue(), m.Namespace(), m.list()
+                d["f"] = lambda x: x + 1
+                q.put(lambda: 3)
+                ns.p = Point(4)
+                shared.append(Point(5))
+                print(d["f"](1), q.get(timeout=30)(), ns.p.x, shared[0].x)
+    """)
+    assert out.split() == ["2", "3", "4", "5"]
+
+
+def test_a_shared_array_stored_in_a_manager_is_read_back_as_the_same_memory(ctx):
+    import numpy as np
+    a = nbmp.zeros(8)
+    with ctx.Manager() as m:
+        d = m.dict()
+        d["a"] = a
+        b = d["a"]
+        b[0] = 5                                # b maps a's segment: a handle went both ways
+        assert a[0] == 5
+        big = np.ones(2 ** 18)                  # 2 MiB, an unshared array: copied once into shared memory
+        d["big"] = big
+        d["big"][1] = 7                         # the manager's copy, mapped here
+        assert d["big"][1] == 7 and big[1] == 1  # the sender's array is untouched
+        del b
+    # the guard checks that the manager's holds on both segments went with it
+
+
+def test_a_manager_proxy_is_rebuilt_in_an_interpreter_that_never_imported_nbmp(ctx):
+    import pickle
+    import subprocess
+    import sys
+    with ctx.Manager() as m:
+        d = m.dict(x=1)
+        # The proxy names nbmp's serializer; unpickled, that name imports nbmp, which
+        # registers it with the standard module before the proxy looks its client up.
+        code = ("import multiprocessing as mp, pickle, sys\n"
+                "mp.current_process().authkey = bytes.fromhex(sys.argv[1])\n"
+                "before = 'nbmp' in sys.modules\n"
+                "d = pickle.loads(sys.stdin.buffer.read())\n"
+                "d['y'] = lambda: 2\n"
+                "print(before, sorted(d.keys()))")
+        proc = subprocess.run([sys.executable, "-c", code, bytes(nbmp.current_process().authkey).hex()],
+                              input=pickle.dumps(d), capture_output=True, timeout=TIMEOUT)
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert proc.stdout.decode().split() == ["False", "['x',", "'y']"]
+        assert d["y"]() == 2
+
+
+def test_a_manager_asked_for_the_standard_pickler_refuses_a_lambda_as_the_standard_one_does():
+    import pickle
+    with nbmp.Manager() as default, nbmp.managers.SyncManager(serializer="pickle") as plain:
+        assert default.dict() is not None
+        d = plain.dict()
+        with pytest.raises((pickle.PicklingError, AttributeError)):
+            d["f"] = lambda: 1

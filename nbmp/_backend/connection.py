@@ -9,11 +9,11 @@ the load (shared-memory tickets half taken would stay held, see ``loads_whole``)
 from __future__ import annotations
 
 from multiprocessing import connection, reduction
-from typing import TYPE_CHECKING, Any, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from . import pickling as _pickling
 
-__all__ = ["Connection", "Pipe"]
+__all__ = ["Connection", "Pipe", "Listener", "Client"]
 
 
 class Connection(connection.Connection):
@@ -57,6 +57,19 @@ def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
     """
     ends = connection.Pipe(duplex)
     return tuple(_upgrade(end) for end in ends)  # type: ignore[return-value]  # tuple() of a generator is tuple[Connection, ...]; here, two
+
+
+class Listener(connection.Listener):
+    """``multiprocessing.connection.Listener`` whose accepted connections send with cloudpickle."""
+
+    def accept(self) -> Connection:
+        """Accept a connection: an nbmp :class:`Connection`."""
+        return _upgrade(super().accept())
+
+
+def Client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> Connection:
+    """``multiprocessing.connection.Client``, returning an nbmp :class:`Connection`."""
+    return _upgrade(connection.Client(address, family, authkey))
 
 
 def _upgrade(end: connection.Connection) -> Connection:
