@@ -7,8 +7,10 @@ notebook cell starts under spawn and forkserver too; and their proxies talk to t
 server over nbmp's connections (the serializer ``"nbmp"``, the default), so what a
 proxy sends is pickled as everything else nbmp sends: a lambda, a cell-defined
 object, a shared array as a handle. ``serializer="pickle"`` gives the standard
-pickler back. Registering on these classes never touches the standard classes'
-registries.
+pickler back. The server process, started from an nbmp context, is one of nbmp's
+workers: SIGINT is ignored from its first instruction, and it ends when the process that
+started it dies (the standard one lives on after a SIGKILL of its parent, holding what it
+holds). Registering on these classes never touches the standard classes' registries.
 
 Example::
 
@@ -25,7 +27,10 @@ Example::
 
 from __future__ import annotations
 
-from multiprocessing import managers
+import os
+import select
+import threading
+from multiprocessing import connection as _stdconnection, managers, process
 from multiprocessing.managers import (  # type: ignore[attr-defined]  # typeshed omits most of these runtime names  # noqa: F401  (the mirror of the standard module)
     AcquirerProxy, Array, ArrayProxy, AutoProxy, BarrierProxy, BaseListProxy, BaseProxy,
     ConditionProxy, DictProxy, EventProxy, IteratorProxy, ListProxy, MakeProxyType,
@@ -34,7 +39,8 @@ from multiprocessing.managers import (  # type: ignore[attr-defined]  # typeshed
 )
 from typing import Any, Optional
 
-from ._backend import connection as _connection, default_context, register_factory
+from ._backend import connection as _connection, context as _context, default_context, posix as _posix, register_factory
+from ._forking import Launch
 from ._pool import Pool as _Pool
 
 __all__ = ["BaseManager", "SyncManager", "BaseProxy", "Token", "SharedMemoryManager",
@@ -56,19 +62,170 @@ class _Serializer(str):
         return _nbmp_serializer, ()
 
 
+class _ProxyConnection(_connection.Connection):
+    """A connection to a manager's server whose requests and replies stay in step through
+    an interrupt.
+
+    A proxy sends each request and reads its reply on one connection per thread. The
+    standard one, interrupted while it waits (or in the middle of a reply), leaves the reply
+    unread, and its next call reads that reply as its own: a wrong answer, the rest of a
+    message loaded as a new one, or, behind a ``get`` still blocked in the server, a wait
+    forever. Here a reply that has begun to arrive is read whole (the interrupt is raised
+    after it), and a reply given up on is read and dropped before the next request, or,
+    when it has still not come (a call that blocks in the server, a ``Queue.get``), the
+    connection is replaced by a new one. The call given up on still runs to its end in the
+    server: what it returns then is dropped (a ``get``'s item among it).
+    """
+
+    _address: Any
+    _authkey: Optional[bytes]
+    _owed = False  # a request was sent whose reply is not read yet
+
+    def _send_bytes(self, buf: Any) -> None:
+        # Under every send: a reply owed to an earlier request is settled first, and the
+        # request, once it may start going out, is written whole and marked as owing its reply
+        # (an interrupt meanwhile is raised after: the bytes are out, and the mark says so).
+        if self._owed:
+            self._settle()
+        _posix.ready(self.fileno(), None, select.POLLOUT)
+        with _posix.interrupts_deferred():
+            super()._send_bytes(buf)
+            self._owed = True
+
+    def recv(self) -> Any:
+        """Read the reply: waiting is interruptible; once it has begun to arrive, it is read whole."""
+        self._check_closed()
+        self._check_readable()
+        _posix.ready(self.fileno(), None)
+        with _posix.interrupts_deferred():
+            buf = self._recv_bytes()
+            self._owed = False
+        return _connection.load(buf)
+
+    def close(self) -> None:
+        """Close the connection (a proxy's, once the last of its thread's proxies has gone); a
+        reply given up on that comes in time is read first and dropped: the shared arrays it
+        carries are released, not left held until the program ends."""
+        if self._owed and not self.closed:
+            try:
+                self._settle(reconnect=False)
+            except (OSError, EOFError):  # the server has gone: its reply with it
+                pass
+        super().close()
+
+    def _settle(self, reconnect: bool = True) -> None:
+        if _posix.ready(self.fileno(), _SETTLE_WAIT):  # the reply came: dropped, with what it holds
+            with _posix.interrupts_deferred():
+                buf = self._recv_bytes()
+                self._owed = False
+            try:
+                _connection.load(buf)
+            except Exception:  # what the call given up on answered is nobody's concern now
+                pass
+            return
+        if not reconnect:
+            return
+        fresh = _stdconnection.Client(self._address, authkey=self._authkey)
+        try:
+            name = process.current_process().name
+            if threading.current_thread() is not threading.main_thread():
+                name += "|" + threading.current_thread().name
+            managers.dispatch(fresh, None, "accept_connection", (name,))  # type: ignore[attr-defined]  # stdlib
+        except BaseException:
+            fresh.close()
+            raise
+        # The fresh connection's socket becomes this one's (the proxy keeps this object).
+        old, self._handle, fresh._handle = self._handle, fresh._handle, None  # type: ignore[has-type,attr-defined]
+        os.close(old)  # the server's thread for it ends when the call given up on returns
+        self._owed = False
+
+
+# How long a request's next call waits for the reply that the last one gave up on.
+_SETTLE_WAIT = 0.5
+
+
+def _proxy_client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> _ProxyConnection:
+    conn = _connection.Client(address, family, authkey)
+    conn.__class__ = _ProxyConnection  # adds no state of its own beyond the two below: the same object
+    conn._address, conn._authkey = address, authkey  # type: ignore[attr-defined]  # set just above
+    return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
+
+
 SERIALIZER = _Serializer("nbmp")
-managers.listener_client[SERIALIZER] = (_connection.Listener, _connection.Client)  # type: ignore[attr-defined]  # typeshed omits this runtime name
+_table: Any = managers.listener_client  # type: ignore[attr-defined]  # typeshed omits this runtime name
+_table[SERIALIZER] = (_connection.Listener, _proxy_client)
 
 
 def _nbmp_serializer() -> _Serializer:
     return SERIALIZER
 
 
+class _ServerContext:
+    """An nbmp context as a manager sees it: the one process it starts (its server) is a
+    worker, which ignores SIGINT from its first instruction and dies with its parent.
+
+    A manager's server serves the process that started it (the standard manager shuts it
+    down at that process's exit); after a SIGKILL of that process (a notebook kernel killed
+    by the OOM killer) the standard server would live on, holding every object and shared
+    array stored in it. Everything but ``Process`` is the wrapped context's."""
+
+    def __init__(self, ctx: _context.BaseContext) -> None:
+        self._ctx = ctx
+
+    def Process(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802  (the context's name)
+        # Each concrete context sets ``Process``; typeshed types it on the stdlib's subclasses only.
+        process = self._ctx.Process(*args, **kwargs)  # type: ignore[attr-defined]
+        process.launch = Launch(worker=True)
+        return process
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def _server_context(ctx: Any) -> Any:
+    ctx = ctx or default_context.get_context()
+    # A standard context, passed on purpose, starts a standard server.
+    return _ServerContext(ctx) if isinstance(ctx, _context.BaseContext) else ctx
+
+
 class _StartsFromNbmp:
     def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
                  serializer: str = SERIALIZER, ctx: Any = None, **kwargs: Any) -> None:
         super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
-                         ctx=ctx or default_context.get_context(), **kwargs)
+                         ctx=_server_context(ctx), **kwargs)
+
+    def start(self, initializer: Any = None, initargs: Any = ()) -> None:
+        """Start the server process (the standard ``start``). An interrupt (or any error)
+        before the server has said where it listens stops the server this call started:
+        the standard one would run on, unreachable, and the program's exit would wait for
+        it forever."""
+        before = getattr(self, "_process", None)
+        try:
+            super().start(initializer, initargs)  # type: ignore[misc]  # a mixin: next in the MRO is a manager
+        except BaseException:
+            started = getattr(self, "_process", None)
+            if started is not None and started is not before:
+                _stop(started)
+            raise
+
+    @staticmethod
+    def _finalize_manager(*args: Any, **kwargs: Any) -> None:
+        # What ``shutdown()`` (and the end of a ``with`` block, and the program's exit) runs,
+        # once: an interrupt in the middle would leave the server running with nothing left
+        # to stop it. Deferred, it is raised once the server has ended.
+        with _posix.interrupts_deferred():
+            managers.BaseManager._finalize_manager(*args, **kwargs)  # type: ignore[attr-defined]  # stdlib private
+
+
+def _stop(process: Any) -> None:
+    if getattr(process, "_popen", None) is None:  # never started
+        return
+    with _posix.interrupts_deferred():
+        process.terminate()  # SIGTERM: the server ignores SIGINT
+        process.join(5)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
 
 
 class BaseManager(_StartsFromNbmp, managers.BaseManager):

@@ -245,6 +245,13 @@ def pool_shm_map():
     with nbmp.Pool(4) as p:
         p.map(total, arrays * 10, chunksize=1)
 
+def manager():  # a manager's start, its server holding shared arrays, and its shutdown
+    with nbmp.Manager() as m:
+        d = m.dict()
+        for i in range(20):
+            d[i] = nbmp.zeros(1 << 14)
+            d[i][0] = i
+
 CALLS = {
     "pool-start": pool_map,
     "pool-map": pool_map,
@@ -255,6 +262,7 @@ CALLS = {
     "parallel-map": lambda: nbmp.parallel_map(nap, range(160), workers=4),
     "shm-transfer": shm_transfer,
     "pool-shm-map": pool_shm_map,
+    "manager": manager,
 }
 
 scenario, trials = sys.argv[1], int(sys.argv[2])
@@ -292,6 +300,7 @@ SCENARIOS = {
     "parallel-map": (0.0, 1.6),
     "shm-transfer": (0.0, 2.5),
     "pool-shm-map": (0.0, 1.2),
+    "manager": (0.0, 0.08),
 }
 
 

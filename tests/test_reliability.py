@@ -115,6 +115,51 @@ def test_pool_workers_die_when_their_parent_is_killed(method, starter, tmp_path)
         script.communicate()
 
 
+MANAGER = """
+    import sys, threading, time
+    import nbmp
+
+    def make():
+        manager = nbmp.get_context(sys.argv[1]).Manager()
+        d = manager.dict()
+        d["a"] = nbmp.zeros(1000)  # the server holds a shared array
+        print(manager._process.pid, flush=True)
+        made.append(manager)
+
+    made = []
+    if sys.argv[2] == "thread":
+        maker = threading.Thread(target=make)
+        maker.start()
+        maker.join()
+    else:
+        make()
+    time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("starter", ["main thread", "thread"])
+@pytest.mark.parametrize("method", START_METHODS)
+def test_a_managers_server_dies_when_its_parent_is_killed(method, starter):
+    # The standard server lives on after its parent's SIGKILL, holding what is stored in it.
+    script = _start_script(MANAGER, method, starter)
+    try:
+        assert script.stdout is not None
+        server = int(script.stdout.readline())
+        time.sleep(0.5)  # started by a thread that ended: the server must outlive that thread
+        assert _alive(server), f"the manager's server died with the thread that started it ({method})"
+        os.kill(script.pid, signal.SIGKILL)
+        script.wait(30)
+        deadline = time.monotonic() + 10
+        while _alive(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(server), f"the manager's server outlived its killed parent ({method}, {starter})"
+        _wait_gone(script.pid, 10)
+    finally:
+        _kill_session(script.pid)
+        script.communicate()
+
+
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("method", START_METHODS)
 def test_workers_started_by_a_thread_outlive_the_thread(method):

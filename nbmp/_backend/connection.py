@@ -8,10 +8,11 @@ the load (shared-memory tickets half taken would stay held, see ``loads_whole``)
 
 from __future__ import annotations
 
+import select
 from multiprocessing import connection, reduction
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from . import pickling as _pickling
+from . import pickling as _pickling, posix as _posix
 
 __all__ = ["Connection", "Pipe", "Listener", "Client"]
 
@@ -27,23 +28,47 @@ class Connection(connection.Connection):
         def _recv_bytes(self, maxsize: Any = None) -> Any: ...
 
     def send(self, obj: Any) -> None:
-        """Send ``obj``, pickled by nbmp, to the other end."""
+        """Send ``obj``, pickled by nbmp, to the other end.
+
+        An object that carries shared-memory tickets (a shared array) is written whole
+        once its bytes start going out (an interrupt meanwhile is raised after), or,
+        interrupted before, gives its tickets back: nobody will load a message never sent."""
         self._check_closed()
         self._check_writable()
-        self._send_bytes(_pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process"))
+        written = False
+        with _pickling.collecting_single_use() as handed_out:
+            try:
+                data = _pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process")
+                if not handed_out:
+                    self._send_bytes(data)
+                    return
+                _posix.ready(self.fileno(), None, select.POLLOUT)  # waiting for room stays interruptible
+                with _posix.interrupts_deferred():
+                    self._send_bytes(data)
+                    written = True
+            except BaseException:
+                if not written:
+                    for release in handed_out:
+                        release()
+                raise
 
     def recv(self) -> Any:
         """Receive an object sent by the other end (waiting for one); loaded whole."""
         self._check_closed()
         self._check_readable()
-        view = self._recv_bytes().getbuffer()
-        try:
-            return _pickling.loads_whole(view)
-        finally:
-            # Let the buffer go now: if the load raised, the traceback's frames keep the view,
-            # and a garbage cycle through them made the BytesIO's finalizer fail to close it
-            # ("BufferError: Existing exports of data", printed as an ignored exception).
-            view.release()
+        return load(self._recv_bytes())
+
+
+def load(buf: Any) -> Any:
+    """Load the message ``buf`` (the ``BytesIO`` that ``_recv_bytes`` returns) whole."""
+    view = buf.getbuffer()
+    try:
+        return _pickling.loads_whole(view)
+    finally:
+        # Let the buffer go now: if the load raised, the traceback's frames keep the view,
+        # and a garbage cycle through them made the BytesIO's finalizer fail to close it
+        # ("BufferError: Existing exports of data", printed as an ignored exception).
+        view.release()
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:

@@ -8,6 +8,7 @@ and Windows.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import _thread
@@ -26,7 +27,7 @@ _SIGTERM = int(signal.SIGTERM)
 __all__ = [
     "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
     "default_termination", "widen_pipe", "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp",
-    "INTERRUPT_SLICE",
+    "INTERRUPT_SLICE", "ready", "read_nowait",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -292,6 +293,23 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
             return int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ))
         except OSError:
             return 0
+
+
+def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> bool:
+    """Whether ``fd`` is ready for ``events`` (default: has data, or EOF) within ``timeout``
+    seconds (None: wait); interruptible.
+
+    One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs.
+
+    Example::
+
+        >>> r, w = os.pipe()
+        >>> ready(r, 0), ready(w, 0, select.POLLOUT)
+        (False, True)
+    """
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
 
 
 def read_nowait(fd: int, size: int) -> Optional[bytes]:

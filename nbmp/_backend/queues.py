@@ -22,7 +22,6 @@ forked mid-pickle would inherit cloudpickle's internal locks held.
 from __future__ import annotations
 
 import contextlib
-import math
 import select
 import time
 from multiprocessing import queues
@@ -38,16 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 
 _PICKLING = _forking.ForkLock("queue pickling")
-
-
-def _ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> bool:
-    """Whether ``fd`` is ready for ``events`` (default: has data, or EOF) within ``timeout``
-    seconds (None: wait); interruptible.
-
-    One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs."""
-    poller = select.poll()
-    poller.register(fd, events)
-    return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
 
 
 # The largest item ``put`` writes itself: a write of at most PIPE_BUF bytes (with the message's
@@ -69,7 +58,7 @@ def _sent_now(queue: Any, item: bytes) -> bool:
     if wlock is not None and not wlock.acquire(False):
         return False  # another process is writing: the feeder waits for it
     try:
-        if not _ready(queue._writer.fileno(), 0, select.POLLOUT):
+        if not _posix.ready(queue._writer.fileno(), 0, select.POLLOUT):
             return False
         try:
             queue._send_bytes(item)
@@ -98,7 +87,7 @@ class _ByNbmp:
             if not rlock.acquire(block, timeout):
                 raise Empty
             wait = None if deadline is None else deadline - time.monotonic()
-            if not _ready(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]
+            if not _posix.ready(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]
                 raise Empty
             with _posix.interrupts_deferred():
                 data = self._recv_bytes()  # type: ignore[attr-defined]
@@ -206,7 +195,7 @@ class SimpleQueue(queues.SimpleQueue[Any]):
                     if not handed_out:  # nothing to give back: written as the stdlib does
                         self._writer.send_bytes(data)
                         return
-                    _ready(self._writer.fileno(), None, select.POLLOUT)
+                    _posix.ready(self._writer.fileno(), None, select.POLLOUT)
                     # Written with interrupts held (a held one is raised after): an interrupt
                     # once the bytes are out must not give back tickets a reader will take.
                     with _posix.interrupts_deferred():
