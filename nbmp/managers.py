@@ -92,15 +92,11 @@ class _ProxyConnection(_connection.Connection):
             super()._send_bytes(buf)
             self._owed = True
 
-    def recv(self) -> Any:
-        """Read the reply: waiting is interruptible; once it has begun to arrive, it is read whole."""
-        self._check_closed()
-        self._check_readable()
-        _posix.ready(self.fileno(), None)
-        with _posix.interrupts_deferred():
-            buf = self._recv_bytes()
-            self._owed = False
-        return _connection.load(buf)
+    def _recv_bytes(self, maxsize: Any = None) -> Any:
+        # Under every receive (read whole, with interrupts deferred: see Connection.recv).
+        buf = super()._recv_bytes(maxsize)
+        self._owed = False
+        return buf
 
     def close(self) -> None:
         """Close the connection (a proxy's, once the last of its thread's proxies has gone); a
@@ -115,11 +111,8 @@ class _ProxyConnection(_connection.Connection):
 
     def _settle(self, reconnect: bool = True) -> None:
         if _posix.ready(self.fileno(), _SETTLE_WAIT):  # the reply came: dropped, with what it holds
-            with _posix.interrupts_deferred():
-                buf = self._recv_bytes()
-                self._owed = False
             try:
-                _connection.load(buf)
+                self.recv()
             except Exception:  # what the call given up on answered is nobody's concern now
                 pass
             return
@@ -151,9 +144,79 @@ def _proxy_client(address: Any, family: Optional[str] = None, authkey: Optional[
     return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
 
 
+class _Replying:
+    """How many of a server's threads are sending a reply, so that its exit can wait for them.
+
+    A server ends when told to shut down, and its threads serving other connections end
+    with it wherever they are. One that had pickled a shared array into a reply, but not
+    yet written it, left the array's ticket to a message nobody would read: the segment
+    stayed until the program ended."""
+
+    def __init__(self) -> None:
+        self._done = threading.Condition()
+        self._sending = 0
+
+    def __enter__(self) -> None:
+        with self._done:
+            self._sending += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._done:
+            self._sending -= 1
+            self._done.notify_all()
+
+    def wait(self, timeout: float) -> None:
+        with self._done:
+            self._done.wait_for(lambda: not self._sending, timeout)
+
+
+_replying = _Replying()
+
+
+class _ServerConnection(_connection.Connection):
+    """A connection of a manager's server, whose replies its exit waits for."""
+
+    def send(self, obj: Any) -> None:
+        """Send a reply; the server's exit waits until it is written."""
+        with _replying:
+            super().send(obj)
+
+
+class _ServerListener(_connection.Listener):
+    """A manager's server's listener: its connections are :class:`_ServerConnection`."""
+
+    def accept(self) -> _ServerConnection:
+        """Accept a connection from a proxy or a manager."""
+        conn = super().accept()
+        conn.__class__ = _ServerConnection  # no state of its own: the same object
+        return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
+
+
+class _EndsAfterItsReplies:
+    """A manager's server whose exit waits (a moment at most) for the replies being sent."""
+
+    def serve_forever(self) -> None:
+        """Serve until told to shut down (the standard loop), then let the replies go out."""
+        try:
+            super().serve_forever()  # type: ignore[misc]  # a mixin: next in the MRO is a server
+        finally:  # the standard loop ends in sys.exit(0): this runs on the way out
+            _replying.wait(_REPLY_GRACE)
+
+
+_REPLY_GRACE = 1.0  # seconds: the manager's shutdown waits 1 s (its shutdown_timeout) before SIGTERM
+
+
+class _Server(_EndsAfterItsReplies, managers.Server):
+    """``multiprocessing.managers.Server`` whose exit waits for the replies being sent."""
+
+
+class _SharedMemoryServer(_EndsAfterItsReplies, managers.SharedMemoryServer):
+    """``multiprocessing.managers.SharedMemoryServer`` whose exit waits for the replies being sent."""
+
+
 SERIALIZER = _Serializer("nbmp")
 _table: Any = managers.listener_client  # type: ignore[attr-defined]  # typeshed omits this runtime name
-_table[SERIALIZER] = (_connection.Listener, _proxy_client)
+_table[SERIALIZER] = (_ServerListener, _proxy_client)
 
 
 def _nbmp_serializer() -> _Serializer:
@@ -231,13 +294,19 @@ def _stop(process: Any) -> None:
 class BaseManager(_StartsFromNbmp, managers.BaseManager):
     """``multiprocessing.managers.BaseManager`` started from nbmp's context."""
 
+    _Server = _Server
+
 
 class SyncManager(_StartsFromNbmp, managers.SyncManager):
     """``multiprocessing.managers.SyncManager`` started from nbmp's context."""
 
+    _Server = _Server
+
 
 class SharedMemoryManager(_StartsFromNbmp, managers.SharedMemoryManager):
     """``multiprocessing.managers.SharedMemoryManager`` started from nbmp's context."""
+
+    _Server = _SharedMemoryServer
 
 
 # A manager's Pool is nbmp's: started in the manager's process from nbmp's context, it pickles

@@ -53,10 +53,16 @@ class Connection(connection.Connection):
                 raise
 
     def recv(self) -> Any:
-        """Receive an object sent by the other end (waiting for one); loaded whole."""
+        """Receive an object sent by the other end (waiting for one is interruptible); once a
+        message begins to arrive, it is read and loaded whole, and an interrupt meanwhile is
+        raised after: a message half read would leave the rest to be read as the next one,
+        and one read but not loaded would keep the shared arrays it carries until the
+        program ends."""
         self._check_closed()
         self._check_readable()
-        return load(self._recv_bytes())
+        _posix.ready(self.fileno(), None)
+        with _posix.interrupts_deferred():
+            return load(self._recv_bytes())
 
 
 def load(buf: Any) -> Any:
