@@ -1,0 +1,279 @@
+"""What nbmp's managers are made of, beside the standard ones (``nbmp.managers`` puts it together).
+
+* The serializer ``"nbmp"``: proxies and their server talk over nbmp's connections
+  (cloudpickle, shared arrays as handles). A proxy's connection stays in step with the
+  server through an interrupt (:class:`_ProxyConnection`), and the server's exit waits for
+  the replies its threads are sending (:class:`Server`).
+* The context a manager starts its server from (:func:`server_context`): the server is a
+  worker, which ignores SIGINT from its start and dies with its parent.
+* :class:`StartsFromNbmp`, the mixin of nbmp's manager classes: that serializer and that
+  context by default, and no server left running by an interrupted start or shutdown.
+
+Example::
+
+    >>> class MyManager(StartsFromNbmp, multiprocessing.managers.BaseManager):
+    ...     _Server = Server
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+from multiprocessing import connection as _stdconnection, managers, process
+from typing import Any, Optional
+
+from .._forking import Launch
+from . import connection, context, posix
+from .context import default_context
+
+__all__ = ["SERIALIZER", "Server", "SharedMemoryServer", "StartsFromNbmp", "server_context"]
+
+
+class _Serializer(str):
+    """The name of nbmp's serializer in the standard module's table (``listener_client``).
+
+    Every proxy carries its serializer's name, pickled with it, and looks its client up in
+    that table where it is rebuilt. Pickled, this name is a reference to this module: a
+    process that rebuilds such a proxy without having imported nbmp imports it first, which
+    puts the entry in the table."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        return _nbmp_serializer, ()
+
+
+class _ProxyConnection(connection.Connection):
+    """A connection to a manager's server whose requests and replies stay in step through
+    an interrupt.
+
+    A proxy sends each request and reads its reply on one connection per thread. The
+    standard one, interrupted while it waits (or in the middle of a reply), leaves the reply
+    unread, and its next call reads that reply as its own: a wrong answer, the rest of a
+    message loaded as a new one, or, behind a ``get`` still blocked in the server, a wait
+    forever. Here a reply that has begun to arrive is read whole (the interrupt is raised
+    after it), and a reply given up on is read and dropped before the next request, or,
+    when it has still not come (a call that blocks in the server, a ``Queue.get``), the
+    connection is replaced by a new one. The call given up on still runs to its end in the
+    server: what it returns then is dropped (a ``get``'s item among it).
+    """
+
+    _address: Any
+    _authkey: Optional[bytes]
+    _owed = False  # a request was sent whose reply is not read yet
+
+    def _send_bytes(self, buf: Any) -> None:
+        # Under every send: a reply owed to an earlier request is settled first, and the
+        # request, once it may start going out, is written whole and marked as owing its reply
+        # (an interrupt meanwhile is raised after: the bytes are out, and the mark says so).
+        if self._owed:
+            self._settle()
+        posix.ready(self.fileno(), None, select.POLLOUT)
+        with posix.interrupts_deferred():
+            super()._send_bytes(buf)
+            self._owed = True
+
+    def _recv_bytes(self, maxsize: Any = None) -> Any:
+        # Under every receive (read whole, with interrupts deferred: see Connection.recv).
+        buf = super()._recv_bytes(maxsize)
+        self._owed = False
+        return buf
+
+    def close(self) -> None:
+        """Close the connection (a proxy's, once the last of its thread's proxies has gone); a
+        reply given up on that comes in time is read first and dropped: the shared arrays it
+        carries are released, not left held until the program ends."""
+        if self._owed and not self.closed:
+            try:
+                self._settle(reconnect=False)
+            except (OSError, EOFError):  # the server has gone: its reply with it
+                pass
+        super().close()
+
+    def _settle(self, reconnect: bool = True) -> None:
+        if posix.ready(self.fileno(), _SETTLE_WAIT):  # the reply came: dropped, with what it holds
+            try:
+                self.recv()
+            except Exception:  # what the call given up on answered is nobody's concern now
+                pass
+            return
+        if not reconnect:
+            return
+        fresh = _stdconnection.Client(self._address, authkey=self._authkey)
+        try:
+            name = process.current_process().name
+            if threading.current_thread() is not threading.main_thread():
+                name += "|" + threading.current_thread().name
+            managers.dispatch(fresh, None, "accept_connection", (name,))  # type: ignore[attr-defined]  # stdlib
+        except BaseException:
+            fresh.close()
+            raise
+        # The fresh connection's socket becomes this one's (the proxy keeps this object).
+        old, self._handle, fresh._handle = self._handle, fresh._handle, None  # type: ignore[has-type,attr-defined]
+        os.close(old)  # the server's thread for it ends when the call given up on returns
+        self._owed = False
+
+
+# How long a request's next call waits for the reply that the last one gave up on.
+_SETTLE_WAIT = 0.5
+
+
+def _proxy_client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> _ProxyConnection:
+    conn = connection.Client(address, family, authkey)
+    conn.__class__ = _ProxyConnection  # adds no state of its own beyond the two below: the same object
+    conn._address, conn._authkey = address, authkey  # type: ignore[attr-defined]  # set just above
+    return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
+
+
+class _Replying:
+    """How many of a server's threads are sending a reply, so that its exit can wait for them.
+
+    A server ends when told to shut down, and its threads serving other connections end
+    with it wherever they are. One that had pickled a shared array into a reply, but not
+    yet written it, left the array's ticket to a message nobody would read: the segment
+    stayed until the program ended."""
+
+    def __init__(self) -> None:
+        self._done = threading.Condition()
+        self._sending = 0
+
+    def __enter__(self) -> None:
+        with self._done:
+            self._sending += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._done:
+            self._sending -= 1
+            self._done.notify_all()
+
+    def wait(self, timeout: float) -> None:
+        with self._done:
+            self._done.wait_for(lambda: not self._sending, timeout)
+
+
+_replying = _Replying()
+
+
+class _ServerConnection(connection.Connection):
+    """A connection of a manager's server, whose replies its exit waits for."""
+
+    def send(self, obj: Any) -> None:
+        """Send a reply; the server's exit waits until it is written."""
+        with _replying:
+            super().send(obj)
+
+
+class _ServerListener(connection.Listener):
+    """A manager's server's listener: its connections are :class:`_ServerConnection`."""
+
+    def accept(self) -> _ServerConnection:
+        """Accept a connection from a proxy or a manager."""
+        conn = super().accept()
+        conn.__class__ = _ServerConnection  # no state of its own: the same object
+        return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
+
+
+class _EndsAfterItsReplies:
+    """A manager's server whose exit waits (a moment at most) for the replies being sent."""
+
+    def serve_forever(self) -> None:
+        """Serve until told to shut down (the standard loop), then let the replies go out."""
+        try:
+            super().serve_forever()  # type: ignore[misc]  # a mixin: next in the MRO is a server
+        finally:  # the standard loop ends in sys.exit(0): this runs on the way out
+            _replying.wait(_REPLY_GRACE)
+
+
+_REPLY_GRACE = 1.0  # seconds: the manager's shutdown waits 1 s (its shutdown_timeout) before SIGTERM
+
+
+class Server(_EndsAfterItsReplies, managers.Server):
+    """``multiprocessing.managers.Server`` whose exit waits for the replies being sent."""
+
+
+class SharedMemoryServer(_EndsAfterItsReplies, managers.SharedMemoryServer):
+    """``multiprocessing.managers.SharedMemoryServer`` whose exit waits for the replies being sent."""
+
+
+SERIALIZER = _Serializer("nbmp")
+_table: Any = managers.listener_client  # type: ignore[attr-defined]  # typeshed omits this runtime name
+_table[SERIALIZER] = (_ServerListener, _proxy_client)
+
+
+def _nbmp_serializer() -> _Serializer:
+    return SERIALIZER
+
+
+class _ServerContext:
+    """An nbmp context as a manager sees it: the one process it starts (its server) is a
+    worker, which ignores SIGINT from its first instruction and dies with its parent.
+
+    A manager's server serves the process that started it (the standard manager shuts it
+    down at that process's exit); after a SIGKILL of that process (a notebook kernel killed
+    by the OOM killer) the standard server would live on, holding every object and shared
+    array stored in it. Everything but ``Process`` is the wrapped context's."""
+
+    def __init__(self, ctx: context.BaseContext) -> None:
+        self._ctx = ctx
+
+    def Process(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802  (the context's name)
+        # Each concrete context sets ``Process``; typeshed types it on the stdlib's subclasses only.
+        process = self._ctx.Process(*args, **kwargs)  # type: ignore[attr-defined]
+        process.launch = Launch(worker=True)
+        return process
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+
+def server_context(ctx: Any) -> Any:
+    """The context a manager starts its server from: ``ctx`` (default: nbmp's default
+    context), its server a worker if ``ctx`` is an nbmp context."""
+    ctx = ctx or default_context.get_context()
+    # A standard context, passed on purpose, starts a standard server.
+    return _ServerContext(ctx) if isinstance(ctx, context.BaseContext) else ctx
+
+
+class StartsFromNbmp:
+    """What nbmp's managers add to the standard ones (a mixin placed before them): the
+    serializer ``"nbmp"`` by default, a server started as a worker from nbmp's context,
+    and no server left behind by an interrupted start or shutdown."""
+
+    def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
+                 serializer: str = SERIALIZER, ctx: Any = None, **kwargs: Any) -> None:
+        super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
+                         ctx=server_context(ctx), **kwargs)
+
+    def start(self, initializer: Any = None, initargs: Any = ()) -> None:
+        """Start the server process (the standard ``start``). An interrupt (or any error)
+        before the server has said where it listens stops the server this call started:
+        the standard one would run on, unreachable, and the program's exit would wait for
+        it forever."""
+        before = getattr(self, "_process", None)
+        try:
+            super().start(initializer, initargs)  # type: ignore[misc]  # a mixin: next in the MRO is a manager
+        except BaseException:
+            started = getattr(self, "_process", None)
+            if started is not None and started is not before:
+                _stop(started)
+            raise
+
+    @staticmethod
+    def _finalize_manager(*args: Any, **kwargs: Any) -> None:
+        # What ``shutdown()`` (and the end of a ``with`` block, and the program's exit) runs,
+        # once: an interrupt in the middle would leave the server running with nothing left
+        # to stop it. Deferred, it is raised once the server has ended.
+        with posix.interrupts_deferred():
+            managers.BaseManager._finalize_manager(*args, **kwargs)  # type: ignore[attr-defined]  # stdlib private
+
+
+def _stop(process: Any) -> None:
+    if getattr(process, "_popen", None) is None:  # never started
+        return
+    with posix.interrupts_deferred():
+        process.terminate()  # SIGTERM: the server ignores SIGINT
+        process.join(5)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
