@@ -142,6 +142,14 @@ BAD = [
     ("process-target", lambda: nbmp.Process(target=5), TypeError, ["target", "5"]),
     ("process-args", lambda: nbmp.Process(target=_f, args=5), TypeError, ["args", "5", "args=(x,)"]),
     ("process-kwargs", lambda: nbmp.Process(target=_f, kwargs=[1]), TypeError, ["kwargs", "[1]"]),
+    ("manager-serializer", lambda: nbmp.managers.SyncManager(serializer="json"), ValueError,
+     ["unknown serializer 'json'", "'nbmp'", "'pickle'"]),
+    ("manager-authkey-int", lambda: nbmp.managers.BaseManager(authkey=42), TypeError,  # the standard: 42 zero bytes
+     ["authkey must be bytes", "int 42", "authkey=b'secret'"]),
+    ("manager-authkey-str", lambda: nbmp.managers.SharedMemoryManager(authkey="secret"), TypeError,
+     ["authkey must be bytes", "'secret'"]),
+    ("manager-address-int", lambda: nbmp.managers.SyncManager(address=5), TypeError,
+     ["address must be None", "int 5", "('localhost', 50000)"]),
     # fork safety settings
     ("seed-str", lambda: nbmp.seed("1"), TypeError, ["'1'", "nbmp.seed(1234)"]),
     ("worker-threads-zero", lambda: nbmp.set_worker_threads(0), ValueError, ["set_worker_threads", "0"]),

@@ -23,6 +23,7 @@ import threading
 from multiprocessing import connection as _stdconnection, managers, process
 from typing import Any, Optional
 
+from .._base import checks as _checks
 from .._forking import Launch
 from . import connection, context, posix
 from .context import default_context
@@ -242,6 +243,7 @@ class StartsFromNbmp:
 
     def __init__(self, address: Any = None, authkey: Optional[bytes] = None,
                  serializer: str = SERIALIZER, ctx: Any = None, **kwargs: Any) -> None:
+        _checks.manager(type(self).__name__, address, authkey, serializer, _table)
         super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
                          ctx=server_context(ctx), **kwargs)
 

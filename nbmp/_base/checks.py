@@ -273,3 +273,27 @@ def counter(value: Any, call: str, name: str) -> int:
         raise ValueError(f"nbmp.{call}: {name} must be an int from 0 to {_sem_value_max()}, not {number}; "
                          f"e.g. {example}")
     return number
+
+
+# --------------------------------------------------------------------------
+# Managers
+# --------------------------------------------------------------------------
+
+
+def manager(call: str, address: Any, authkey: Any, serializer: Any, serializers: Iterable[str]) -> None:
+    """A manager's ``address`` (None, ``(host, port)`` or a socket path), ``authkey`` (None or
+    bytes: the standard manager turns an int into that many zero bytes) and ``serializer``
+    (a name of ``serializers``), checked before its server starts."""
+    example = f"nbmp.managers.{call}(address=('localhost', 50000), authkey=b'secret')"
+    host_port = isinstance(address, tuple) and len(address) == 2 and isinstance(address[0], str) \
+        and isinstance(address[1], int) and not isinstance(address[1], bool)
+    if not (address is None or host_port or isinstance(address, (str, bytes))):
+        raise TypeError(f"{call}: address must be None (a new local address), a (host, port) tuple or a socket "
+                        f"path, not {type(address).__name__} {address!r}; e.g. {example}")
+    if authkey is not None and not isinstance(authkey, (bytes, bytearray)):
+        raise TypeError(f"{call}: authkey must be bytes or None (the process's own key), not "
+                        f"{type(authkey).__name__} {authkey!r}; e.g. {example}")
+    names = sorted(serializers)
+    if not isinstance(serializer, str) or serializer not in names:
+        raise ValueError(f"{call}: unknown serializer {serializer!r}; use one of {names} ('nbmp', the default, "
+                         f"pickles with cloudpickle; 'pickle' is the standard pickler)")
