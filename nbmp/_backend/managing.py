@@ -86,10 +86,13 @@ class _ProxyConnection(connection.Connection):
         reply given up on that comes in time is read first and dropped: the shared arrays it
         carries are released, not left held until the program ends."""
         if self._owed and not self.closed:
-            try:
-                self._settle(reconnect=False)
-            except (OSError, EOFError):  # the server has gone: its reply with it
-                pass
+            # Held, not raised: this runs in a proxy's finalizer, where Python would print an
+            # interrupt and drop it; held, it is sent again once the finalizer has returned.
+            with posix.interrupts_held():
+                try:
+                    self._settle(reconnect=False)
+                except (OSError, EOFError):  # the server has gone: its reply with it
+                    pass
         super().close()
 
     def _settle(self, reconnect: bool = True) -> None:
