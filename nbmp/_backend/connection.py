@@ -62,19 +62,14 @@ class Connection(connection.Connection):
         self._check_readable()
         _posix.ready(self.fileno(), None)
         with _posix.interrupts_deferred():
-            return load(self._recv_bytes())
-
-
-def load(buf: Any) -> Any:
-    """Load the message ``buf`` (the ``BytesIO`` that ``_recv_bytes`` returns) whole."""
-    view = buf.getbuffer()
-    try:
-        return _pickling.loads_whole(view)
-    finally:
-        # Let the buffer go now: if the load raised, the traceback's frames keep the view,
-        # and a garbage cycle through them made the BytesIO's finalizer fail to close it
-        # ("BufferError: Existing exports of data", printed as an ignored exception).
-        view.release()
+            view = self._recv_bytes().getbuffer()
+            try:
+                return _pickling.loads_whole(view)
+            finally:
+                # Let the buffer go now: if the load raised, the traceback's frames keep the view,
+                # and a garbage cycle through them made the BytesIO's finalizer fail to close it
+                # ("BufferError: Existing exports of data", printed as an ignored exception).
+                view.release()
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
