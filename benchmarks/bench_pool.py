@@ -34,6 +34,42 @@ def tiny(x: int) -> int:
 
 Runner = Callable[[List[int]], List[int]]
 
+# The notebook's data: set in main() before any pool starts, read by tasks (see data_reads).
+NOTEBOOK_DATA: List[int] = []
+
+
+def reads_data(i: int) -> int:
+    return NOTEBOOK_DATA[i]
+
+
+def data_reads(workers: int, repeat: int, size: int = 5_000_000, tasks: int = 200) -> None:
+    """A warm pool's map of ``tasks`` one-item tasks whose function (defined in ``__main__``,
+    as a notebook cell's) reads a global list of ``size`` ints the workers inherited by fork.
+    The standard Pool sends the function by reference; nbmp did by value, with the list."""
+    NOTEBOOK_DATA[:] = range(size)
+    pools = {"multiprocessing.Pool": multiprocessing.get_context("fork").Pool(workers),
+             "nbmp.Pool": nbmp.Pool(workers)}
+    times: Dict[str, List[float]] = {name: [] for name in pools}
+    try:
+        for pool in pools.values():
+            pool.map(abs, range(workers))  # started
+        for _ in range(repeat):
+            for name, pool in pools.items():
+                t0 = time.perf_counter()
+                assert pool.map(reads_data, range(tasks), chunksize=1)[-1] == tasks - 1
+                times[name].append(time.perf_counter() - t0)
+    finally:
+        for pool in pools.values():
+            pool.terminate()
+        NOTEBOOK_DATA.clear()
+    base = statistics.median(times["multiprocessing.Pool"])
+    print(f"\n{tasks} one-item tasks reading a {size:,}-int list the workers inherited (fork), "
+          f"median of {repeat}\n")
+    print("| library | ms per map | vs multiprocessing.Pool |")
+    print("|---|---:|---:|")
+    for name, t in times.items():
+        print(f"| {name} | {statistics.median(t) * 1e3:.1f} | {statistics.median(t) / base:.2f}x |")
+
 
 def _rates(setups: Dict[str, Callable[[], Tuple[Runner, Callable[[], None]]]], items: List[int],
            repeat: int) -> Dict[str, Tuple[float, float]]:
@@ -139,6 +175,7 @@ def main() -> None:
         for name, (rate, best) in sorted(rates.items(), key=lambda kv: -kv[1][0]):
             print(f"| {chunk or 'default'} | {name} | {_rate(rate)} | {rate / base:.2f}x | {_rate(best)} | "
                   f"{best / base_best:.2f}x |")
+    data_reads(args.workers, args.repeat)
     if args.plot:
         default = by_chunk["chunksize default"]
         names = sorted(default, key=lambda n: -default[n])

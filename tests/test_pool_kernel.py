@@ -25,6 +25,28 @@ def test_warm_pool_runs_the_latest_definition(kernel, method):
     kernel.run("pool.terminate(); del pool").raise_for_error()
 
 
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_cell_functions_see_what_the_initializer_set(kernel, method):
+    kernel.run("import nbmp\nmodel = None\n"
+               "def load(scale):\n    global model\n    model = {'scale': scale}\n"
+               "def predict(x):\n    return model['scale'] * x").raise_for_error()
+    cell = kernel.run(f"with nbmp.get_context({method!r}).Pool(2, initializer=load, initargs=(3,)) as pool:\n"
+                      "    print(pool.map(predict, [1, 2]), pool.apply(lambda: model['scale']))\n"
+                      "print(model)").raise_for_error()
+    assert cell.stdout.split("\n")[:2] == ["[3, 6] 3", "None"]
+
+
+def test_a_warm_pool_reads_the_notebooks_data_without_pickling_it(kernel):
+    # Under fork the workers have the cell's function and the data it reads: neither is pickled.
+    kernel.run("import nbmp\nclass Big:\n    def __reduce__(self):\n        raise TypeError('pickled')\n"
+               "big = Big()\ndef uses_big(x):\n    return (type(big).__name__, x)\n"
+               "pool = nbmp.Pool(2)").raise_for_error()
+    try:
+        assert kernel.run("pool.map(uses_big, [1])").raise_for_error().result == "[('Big', 1)]"
+    finally:
+        kernel.run("pool.terminate(); del pool").raise_for_error()
+
+
 def _wait_for(predicate, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not predicate():

@@ -4,15 +4,19 @@ What differs from ``multiprocessing.reduction.ForkingPickler``:
 
 * functions and classes defined in ``__main__`` (a notebook cell) or locally
   (lambdas, closures) are pickled *by value*, through cloudpickle; functions of
-  importable modules still go by reference;
+  importable modules still go by reference, and so do ``__main__``'s for receivers that
+  inherited them by fork (:class:`sending_to`); a ``__main__`` function received by value
+  by a process its sender started lives in that process's ``__main__`` namespace
+  (``main_module``);
 * reducers for framework types (numpy arrays, torch tensors) are installed the
   first time the framework shows up in ``sys.modules`` -- nbmp never imports a
   framework to register a reducer for it;
 * a failure names the object that could not be pickled and where it sits.
 
 Only the *sending* side needs this pickler: its output loads with plain
-``pickle.loads`` anywhere cloudpickle is importable, so receivers (including
-stdlib code reading from an nbmp channel) need nothing special.
+``pickle.loads`` anywhere cloudpickle (and, for a ``__main__`` function, nbmp) is
+importable, so receivers (including stdlib code reading from an nbmp channel) need
+nothing special.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import copyreg
 import importlib
 import io
+import os
 import pickle
 import sys
 import threading
@@ -32,10 +37,10 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, 
 import cloudpickle
 
 from .._base.exceptions import NbmpError
-from . import posix as _posix
+from . import main_module as _main_module, posix as _posix
 
 __all__ = ["PicklingError", "dumps", "dumps_plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
-           "collecting_single_use", "register_reducer", "register_framework_reducers", "refused_by_pickler",
+           "collecting_single_use", "sending_to", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
@@ -173,6 +178,9 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
         if cls is FunctionType or isinstance(obj, type):
             if _by_reference(obj):  # an importable function or class: at C speed, as cloudpickle would
                 return NotImplemented
+            inherited = getattr(_state, "inherited", None)
+            if inherited is not None and inherited.holds(obj):  # the receivers have it: as the standard pickler
+                return NotImplemented
             hidden = _hidden_standard_name(obj)
             if hidden is not None:
                 return hidden
@@ -180,6 +188,15 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
             or _copyreg_reducers.get(cls)
         return NotImplemented if reducer is None else reducer(obj)
+
+    def _dynamic_function_reduce(self, func: FunctionType) -> Tuple[Any, ...]:
+        # cloudpickle's by-value reduction; a function of __main__ is rebuilt by nbmp, which in a
+        # process this one started gives it that process's __main__ namespace (see main_module).
+        reduced = super()._dynamic_function_reduce(func)
+        if func.__globals__ is not _main_module.main_namespace():
+            return reduced  # type: ignore[no-any-return]  # cloudpickle: untyped
+        _, newargs, state = reduced[:3]
+        return _main_module.make_function, (os.getpid(), *newargs), state, None, None, _main_module.set_function_state
 
 
 def _hidden_standard_name(obj: Any) -> Optional[Tuple[Any, ...]]:
@@ -324,7 +341,7 @@ def check_picklable(obj: Any, roots: Mapping[str, Any], action: str) -> None:
         dumps_explained(obj, roots, action)
 
 
-_state = threading.local()  # per thread: probing depth, single-use parts handed out
+_state = threading.local()  # per thread: probing depth, single-use parts handed out, the receivers' inherited objects
 
 
 def probing() -> bool:
@@ -368,6 +385,33 @@ class collecting_single_use:
         _state.releases = self.previous
         if self.previous is not None:  # an enclosing block collects them too
             self.previous.extend(self.found)
+
+
+class sending_to:
+    """Pickle, inside the block, for receivers that inherited by fork the ``__main__``
+    functions and classes that ``inherited`` (a :class:`~nbmp._backend.main_module.MainObjects`)
+    holds: those go by reference, as the standard pickler sends them, and run in the
+    receiver with its own globals. Everything else is pickled as usual.
+
+    A class, not a generator: it is on every Pool task's path.
+
+    Example::
+
+        >>> with sending_to(pool_workers_inherited):
+        ...     data = dumps(task)
+    """
+
+    __slots__ = ("inherited", "previous")
+
+    def __init__(self, inherited: Any) -> None:
+        self.inherited = inherited
+
+    def __enter__(self) -> None:
+        self.previous = getattr(_state, "inherited", None)
+        _state.inherited = self.inherited
+
+    def __exit__(self, *exc: Any) -> None:
+        _state.inherited = self.previous
 
 
 @contextlib.contextmanager

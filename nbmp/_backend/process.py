@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
-from . import cells as _cells, pickling as _pickling, popen_fork, posix as _posix
+from . import cells as _cells, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
 from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
@@ -43,6 +43,7 @@ default_context: Optional[_StartMethods] = None
 def _rebuild_process(cells: Any, data: bytes, method: Optional[str] = None,
                      starter: Optional[int] = None) -> process.BaseProcess:
     _cells.install_cell_sources(cells)
+    _main_module.note_starter(starter)  # a function of its __main__ lives in this one's (see main_module)
     if method is not None and default_context is not None:  # the child inherits its start method, as in the stdlib
         default_context.set_start_method(method, force=True)
     try:

@@ -17,6 +17,7 @@ import multiprocessing.pool
 import os
 from typing import Any, Optional
 
+from .._backend import main_module as _main_module
 from .._backend.remote import CapturedException
 from .._base import WorkerExited
 from .._base.ends import exit_signal
@@ -65,7 +66,8 @@ def lost_error(end: WorkerExited, doing: str, aftermath: str) -> WorkerLostError
 
 
 # Frames of the Pool's own machinery say nothing about the user's error.
-_MACHINERY = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py"), multiprocessing.pool.__file__)
+_MACHINERY = (os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker.py"), multiprocessing.pool.__file__,
+              _main_module.__file__)  # Initializer, around the initializer
 
 
 def wrap_task_exception(exc: BaseException, index: Optional[int], pid: int) -> Any:

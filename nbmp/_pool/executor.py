@@ -7,8 +7,10 @@ What differs from ``concurrent.futures.ProcessPoolExecutor``:
 * each call (function, args, kwargs) is pickled by nbmp's pickler in ``submit`` and
   travels as bytes inside the stdlib's ``_CallItem`` (as loky does): lambdas and
   cell-defined functions work under every start method, arrays and tensors go by
-  shared memory. Results come back through the context's ``SimpleQueue``, which for an
-  nbmp context pickles with nbmp too;
+  shared memory. Under fork the workers start at the first ``submit``, before its call is
+  pickled, and a ``__main__`` function or class they inherited goes by reference, as the
+  standard executor sends it (see ``_backend.main_module``). Results come back through
+  the context's ``SimpleQueue``, which for an nbmp context pickles with nbmp too;
 * a call that cannot be pickled fails its future (``result()`` raises), as the stdlib's
   does, but with nbmp's message that names the culprit;
 * a worker that dies makes the pending futures raise ``BrokenProcessPool`` whose message
@@ -30,15 +32,32 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._backend import pickling as _pickling
+from .._backend.main_module import Initializer, MainObjects
 from .._base import WorkerExited
 from .errors import WorkerLostError, lost_error
 
 __all__ = ["ProcessPoolExecutor"]
 
 
-def _call_pickled(data: bytes) -> Any:
+def _call_pickled(data: bytes, inherited: Optional[MainObjects] = None) -> Any:
     fn, args, kwargs = pickle.loads(data)
-    return fn(*args, **kwargs)
+    value = fn(*args, **kwargs)
+    return value if inherited is None else _Reply(value, inherited)
+
+
+class _Reply:
+    """A call's value, pickled naming by reference the ``__main__`` functions and classes the
+    worker inherited by fork (``_backend.main_module``): the parent loads the value itself,
+    with its own classes."""
+
+    __slots__ = ("value", "inherited")
+
+    def __init__(self, value: Any, inherited: MainObjects) -> None:
+        self.value, self.inherited = value, inherited
+
+    def __reduce__(self) -> Any:
+        with _pickling.sending_to(self.inherited):
+            return _pickling.loads, (_pickling.dumps(self.value),)
 
 
 class _ManagerThread(process._ExecutorManagerThread):
@@ -98,6 +117,7 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
     _shutdown_lock: Any
     _executor_manager_thread: Any
     _executor_manager_thread_wakeup: Any
+    _processes: Dict[int, Any]
 
     def __init__(self, max_workers: Optional[int] = None, mp_context: Any = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: Tuple[Any, ...] = (),
@@ -105,13 +125,18 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
         if mp_context is None:
             from .._backend import default_context
             mp_context = default_context.get_context()
+        self._inherited = MainObjects()
+        if callable(initializer):  # the __main__ names it sets stay the worker's
+            initializer = Initializer(initializer)
         super().__init__(max_workers, mp_context, initializer, initargs, **kwargs)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
         """Schedule ``fn(*args, **kwargs)``; it is pickled now, by nbmp's pickler (cloudpickle)."""
         try:
-            data = _pickling.dumps_explained((fn, args, kwargs), {"the function": fn, "args": args, "kwargs": kwargs},
-                                             "submit it to a ProcessPoolExecutor")
+            with _pickling.sending_to(self._workers_inherit()):
+                data = _pickling.dumps_explained((fn, args, kwargs), {"the function": fn, "args": args,
+                                                                      "kwargs": kwargs},
+                                                 "submit it to a ProcessPoolExecutor")
         except Exception as exc:  # the stdlib fails the future, not the call: so does nbmp
             with self._shutdown_lock:
                 if self._broken:
@@ -121,7 +146,25 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             failed: Future[Any] = Future()
             failed.set_exception(exc)
             return failed
-        return super().submit(_call_pickled, data)
+        return super().submit(_call_pickled, data, self._inherited if self._forks() else None)
+
+    def _workers_inherit(self) -> Optional[MainObjects]:
+        """Under fork, what the workers inherited of ``__main__``, once they run (the stdlib
+        starts them all at the first submit: here, before its call is pickled); else None."""
+        if not self._forks():
+            return None
+        with self._shutdown_lock:
+            if not self._processes and not self._broken and not self._shutdown_thread:
+                self._launch_processes()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+        return self._inherited
+
+    def _forks(self) -> bool:
+        return bool(self._mp_context.get_start_method() == "fork")
+
+    def _spawn_process(self) -> None:
+        if self._forks():
+            self._inherited.record()  # just before the worker's fork
+        super()._spawn_process()  # type: ignore[misc]  # stdlib private: typeshed omits it
 
     def _start_executor_manager_thread(self) -> None:
         # The stdlib's, building nbmp's manager thread (the stdlib names its class inline).

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional
 
 from . import progress as _progress
 from .._backend import daemons as _daemons, default_context, posix as _posix, register_factory
+from .._backend.main_module import Initializer
 from .._backend.popen_fork import fork_round
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
@@ -97,6 +98,8 @@ class Pool(_stdpool.Pool):
         if initializer is not None and not callable(initializer):
             raise TypeError(f"initializer must be a callable or None, not {type(initializer).__name__} "
                             f"{initializer!r}; e.g. nbmp.Pool(4, initializer=setup, initargs=(x,))")
+        if initializer is not None:
+            initializer = Initializer(initializer)  # the __main__ names it sets stay the worker's
         initargs = _checks.arguments(initargs, "initargs", "initargs=(x,)")
         if maxtasksperchild is not None:
             _checks.positive_int(maxtasksperchild, "maxtasksperchild", "maxtasksperchild=100, or None (no limit)",

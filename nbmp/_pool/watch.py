@@ -35,6 +35,7 @@ from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIter
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._backend import daemons as _daemons, pickling as _pickling, posix as _posix
+from .._backend.main_module import MainObjects
 from .._backend.popen_fork import PeakMemory, peak_rss
 from .._backend.posix import WakeUp
 from .._base import WorkerExited
@@ -127,6 +128,9 @@ class Watch:
         self._get: Optional[Callable[[], Any]] = None  # the reader (see reader)
         self.frames: Optional[FrameReader] = None  # what the reader reads with
         self._reading_late = False  # see read_late_results
+        # The __main__ functions and classes every worker inherited (a fork context's Pool):
+        # tasks name them by reference, as the standard Pool does (see _backend.main_module).
+        self.inherited: Optional[MainObjects] = None
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -139,7 +143,11 @@ class Watch:
         slot = Slot()
         slot.view[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
         kwds["target"] = worker
-        kwds["args"] = (*kwds.get("args", ()), slot)
+        if ctx.get_start_method() == "fork":
+            if self.inherited is None:
+                self.inherited = MainObjects()
+            self.inherited.record()  # just before its fork: the stdlib starts it next
+        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited)
         proc = ctx.Process(*args, **kwds)
         with self.lock:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
@@ -322,7 +330,11 @@ class Watch:
                         call.done()
                     return
             with _pickling.collecting_single_use() as releases:
-                send(task)
+                if self.inherited is None:
+                    send(task)
+                else:
+                    with _pickling.sending_to(self.inherited):
+                        send(task)
             if releases and task is not None:
                 self.unread[(task[0], task[1])] = releases
         return put

@@ -149,8 +149,12 @@ def load_function(data: bytes) -> Any:
 
 def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
            initargs: Sequence[Any] = (), maxtasks: Optional[int] = None, wrap_exception: bool = False,
-           slot: Any = None) -> None:
-    """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``."""
+           slot: Any = None, inherited: Any = None) -> None:
+    """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``.
+
+    ``inherited``: the ``__main__`` functions and classes this worker has by fork (a
+    ``MainObjects``, None under spawn): its results name them by reference, so that the
+    parent gets its own (an exception of a class a cell defined is caught as itself)."""
     # Through _signal (the signal module's wrapper costs 0.1 ms in a fresh fork). An nbmp
     # process ignores SIGINT from its start already; a standard one (a Pool given a
     # standard context) does from here.
@@ -161,13 +165,15 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     outqueue._reader.close()
     me = current_process()
     index, pid = me.launch.index if hasattr(me, "launch") else None, os.getpid()
-    send = _sender(outqueue, slot)
+    send = _sender(outqueue, slot, inherited)
     slot[PHASE] = INIT
     if initializer is not None:
         try:
             initializer(*initargs)
         except Exception as exc:
-            send(Notice("init-failed", payload=wrap_task_exception(exc, index, pid)), ())
+            with _pickling.sending_to(inherited):
+                failure = wrap_task_exception(exc, index, pid)
+            send(Notice("init-failed", payload=failure), ())
             os._exit(1)  # the Pool is unusable: every replacement would fail the same way
     slot[PHASE] = IDLE
     receive = _receiver(inqueue, slot)
@@ -183,7 +189,8 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
             result = (True, func(*args, **kwds), index, started, time.time())  # a Timed in the parent
         except Exception as exc:
             if wrap_exception and func is not _helper_reraises_exception:
-                exc = wrap_task_exception(exc, index, pid)  # the wrapper travels in exc's place
+                with _pickling.sending_to(inherited):  # the wrapper pickles exc now
+                    exc = wrap_task_exception(exc, index, pid)  # the wrapper travels in exc's place
             result = (False, exc, index, started, time.time())
         send((job, i, result), result)
         task = func = args = kwds = result = None  # type: ignore[assignment]  # drop the task's objects while waiting for the next
@@ -223,9 +230,13 @@ def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
     return receive
 
 
-def _sender(outqueue: Any, slot: Any) -> Callable[[Any, Any], None]:
+def _sender(outqueue: Any, slot: Any, inherited: Any) -> Callable[[Any, Any], None]:
     wlock = outqueue._wlock or contextlib.nullcontext()
-    send_bytes, dumps = outqueue._writer.send_bytes, _pickling.dumps
+    send_bytes = outqueue._writer.send_bytes
+
+    def dumps(message: Any) -> bytes:
+        with _pickling.sending_to(inherited):
+            return _pickling.dumps(message)
 
     def send(message: Any, result: Any) -> None:
         try:

@@ -23,6 +23,7 @@ from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
+from .._backend.main_module import MainObjects
 from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
@@ -295,8 +296,11 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
         if method == "fork":  # a worker must not keep the later workers' write ends open
             if output != "inherit":
                 prepare_writers()
+            main_objects = MainObjects()
+            main_objects.record()
             for k, one in enumerate(unstarted):
                 one.job.inherited = tuple(end.fileno() for later in unstarted[k + 1:] for end in later.ends)
+                one.job.main_objects = main_objects
         with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
             while unstarted:
                 one = unstarted[0]

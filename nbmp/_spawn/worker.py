@@ -39,6 +39,9 @@ class Job:
     parent_pid: int
     direct_child: bool  # False under forkserver, whose children are the server's
     inherited: Tuple[int, ...] = ()  # fork: the later workers' pipe ends, made before this fork; closed first
+    # fork: the __main__ functions and classes this worker has (a MainObjects): its value and
+    # error name them by reference, so the parent gets its own (isinstance holds there)
+    main_objects: Any = None
 
 
 def run(job: Job) -> None:
@@ -85,12 +88,14 @@ def _wait_for_receipt(result: Connection) -> None:
 def _call(job: Job) -> Tuple[bool, bytes]:
     try:
         value = job.fn(job.index, *job.args)
-        return False, _pickling.dumps_explained(("ok", value), {"the return value": value},
-                                                f"send the return value of process {job.index} to the parent")
+        with _pickling.sending_to(job.main_objects):
+            return False, _pickling.dumps_explained(("ok", value), {"the return value": value},
+                                                    f"send the return value of process {job.index} to the parent")
     except SystemExit:
         raise
     except BaseException as exc:  # KeyboardInterrupt too: a raised fn is a raised fn
-        return True, _describe(exc)
+        with _pickling.sending_to(job.main_objects):
+            return True, _describe(exc)
 
 
 def _describe(exc: BaseException) -> bytes:

@@ -1,0 +1,209 @@
+"""``__main__`` across processes: what a forked worker already has of it, and the one
+namespace the ``__main__`` functions a worker receives share there.
+
+A worker forked from a notebook kernel (or a script) inherits its ``__main__``: every
+function and class a cell defined before the fork is there, bound to the same name, with
+the worker's copy of the notebook's globals. The standard module sends such a function
+by reference (``__main__.f``) and the worker runs its own copy: no byte of the data the
+function's globals hold crosses. nbmp's pickler sends ``__main__`` functions by value
+(cloudpickle), which a worker needs for one defined after its fork, a lambda, or any
+under spawn; but by value the globals a function names travel with it at every call (a
+task that reads a 10 GB DataFrame from the notebook would pickle it per chunk), and
+cloudpickle gives each function a namespace of its own, so a global the Pool's
+initializer set in the worker was not seen by its tasks.
+
+Two pieces, one per side:
+
+* sender: :class:`MainObjects` remembers, for one group of workers forked from this
+  process (a Pool's), the functions and classes bound in ``__main__`` at each of their
+  forks: those the pickler sends by reference to that group (``pickling.sending_to``);
+* receiver: a function that the parent's ``__main__`` defined, sent by value, is rebuilt
+  by :func:`make_function` with this process's ``__main__`` namespace as its globals (in
+  a process started by the sender; anywhere else it keeps a namespace of its own, so
+  what a worker returns never touches the notebook's). The globals it carries are put
+  there (:func:`set_function_state`), except a name this process rebound since its parent
+  last delivered it, or that the Pool's initializer set (:class:`Initializer`): the
+  worker's own state wins over the parent's value.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import weakref
+from multiprocessing import process as _process
+from types import CodeType, FunctionType
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from cloudpickle import cloudpickle as _cloudpickle
+
+__all__ = ["MainObjects", "make_function", "set_function_state", "Initializer", "main_namespace"]
+
+
+class MainObjects:
+    """The ``__main__`` functions and classes every worker of a group inherited by fork.
+
+    :meth:`record` is called in the parent at each fork of one of the group's workers (a
+    replacement too): what stays recorded is what was bound, to the same object, at every
+    fork, so each worker has it. :meth:`holds` says whether a function or class may go by
+    reference: recorded, and still bound in this process's ``__main__`` (a name rebound
+    since, to an older or newer definition, goes by value again).
+
+    Only weak references are kept: a redefined function is freed as usual.
+
+    Example::
+
+        >>> inherited = MainObjects()
+        >>> inherited.record()          # in the parent, just before each worker's fork
+        >>> inherited.holds(some_func)  # True: the workers have it as __main__.some_func
+    """
+
+    __slots__ = ("_refs", "_key", "__weakref__")
+
+    def __init__(self) -> None:
+        self._refs: Optional[Dict[str, "weakref.ref[Any]"]] = None  # None: no fork recorded yet
+        self._key = (os.getpid(), next(_keys))
+        _groups[self._key] = self
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        # Sent to a worker: the same object there if it has it by fork, else one holding nothing.
+        return _group, (self._key,)
+
+    def record(self) -> None:
+        bound = _main_definitions()
+        if self._refs is None:
+            self._refs = {name: weakref.ref(obj) for name, obj in bound.items()}
+        else:
+            self._refs = {name: ref for name, ref in self._refs.items() if bound.get(name) is ref()}
+
+    def holds(self, obj: Any) -> bool:
+        """Whether every worker of the group has ``obj`` (a function or class) as ``__main__.<its name>``."""
+        if not self._refs:
+            return False
+        name = getattr(obj, "__qualname__", None)
+        if not isinstance(name, str):
+            return False
+        ref = self._refs.get(name)
+        return ref is not None and ref() is obj and main_namespace().get(name) is obj
+
+
+_keys = itertools.count()
+_groups: "weakref.WeakValueDictionary[Tuple[int, int], MainObjects]" = weakref.WeakValueDictionary()
+
+
+def _group(key: Tuple[int, int]) -> MainObjects:
+    """The MainObjects ``key`` names, in a process that inherited it by fork; else an empty one."""
+    found = _groups.get(key)
+    return MainObjects() if found is None else found
+
+
+def main_namespace() -> Dict[str, Any]:
+    """This process's ``__main__`` namespace (a notebook's user namespace in a kernel)."""
+    return getattr(sys.modules.get("__main__"), "__dict__", {})
+
+
+def _main_definitions() -> Dict[str, Any]:
+    """``__main__``'s top-level functions and classes, by the name they were defined with."""
+    found = {}
+    for name, obj in list(main_namespace().items()):
+        if (obj.__class__ is FunctionType or isinstance(obj, type)) and _defined_as(obj, name):
+            found[name] = obj
+    return found
+
+
+def _defined_as(obj: Any, name: str) -> bool:
+    return getattr(obj, "__module__", None) == "__main__" and getattr(obj, "__qualname__", None) == name
+
+
+# -- the receiver's side --------------------------------------------------------------
+
+# name -> what this process's parent last delivered under it: a weak reference where the
+# value takes one (no data kept alive that the worker dropped), else the value in a 1-tuple.
+_delivered: Dict[str, Any] = {}
+_OWN: Tuple[Any] = (object(),)  # delivered marker of a name the initializer set: never the bound value
+
+
+_starter: Optional[int] = None  # the pid that started this process by spawn or forkserver (see note_starter)
+
+
+def note_starter(pid: Optional[int]) -> None:
+    """Called by a spawned or forkserver child before it loads its process object (its
+    target, args, a Pool's initializer): the process that started it, which
+    ``multiprocessing.parent_process()`` tells only once the child's bootstrap runs."""
+    global _starter
+    _starter = pid
+
+
+def _namespace_from(sender: int) -> Optional[Dict[str, Any]]:
+    """This process's ``__main__`` namespace when ``sender`` started it; else None."""
+    parent = _process.parent_process()
+    started_by = _starter if parent is None else parent.pid
+    return main_namespace() if started_by == sender else None
+
+
+def make_function(sender: int, code: CodeType, base_globals: Dict[str, Any], name: Optional[str],
+                  argdefs: Any, closure: Any) -> FunctionType:
+    """cloudpickle's rebuild of a by-value function defined in ``sender``'s ``__main__``: in a
+    process ``sender`` started, its globals are this process's ``__main__`` namespace."""
+    namespace = _namespace_from(sender)
+    return _cloudpickle._make_function(code, base_globals if namespace is None else namespace,  # type: ignore[no-any-return]  # cloudpickle: untyped
+                                       name, argdefs, closure)
+
+
+def set_function_state(func: FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]) -> None:
+    """cloudpickle's state of a by-value function; the globals it carries are delivered into
+    this process's ``__main__`` as :func:`deliver` says when the function lives there."""
+    namespace = main_namespace()
+    if func.__globals__ is not namespace:
+        _cloudpickle._function_setstate(func, state)
+        return
+    attributes, slots = state
+    deliver(namespace, slots["__globals__"])
+    kept = namespace.get("__builtins__")  # cloudpickle's setstate puts its own module's there
+    _cloudpickle._function_setstate(func, (attributes, {**slots, "__globals__": {}}))
+    if kept is not None:
+        namespace["__builtins__"] = kept
+
+
+def deliver(namespace: Dict[str, Any], carried: Dict[str, Any]) -> None:
+    """Bind the parent's values ``carried`` in ``namespace``, but for a name this process
+    rebound since the parent's last delivery of it (its own state)."""
+    for name, value in carried.items():
+        last = _delivered.get(name)
+        if last is not None and namespace.get(name, _OWN) is not _value(last):
+            continue
+        namespace[name] = value
+        try:
+            _delivered[name] = weakref.ref(value)
+        except TypeError:
+            _delivered[name] = (value,)
+
+
+def _value(reference: Any) -> Any:
+    return reference[0] if reference.__class__ is tuple else reference()
+
+
+class Initializer:
+    """A Pool's (or executor's) initializer, run so that the ``__main__`` names it binds
+    stay the worker's: a task's copy of the parent's value does not replace them.
+
+    Example::
+
+        >>> nbmp.Pool(4, initializer=load_model)  # wrapped as Initializer(load_model)
+    """
+
+    __slots__ = ("initializer",)
+
+    def __init__(self, initializer: Callable[..., Any]) -> None:
+        self.initializer = initializer
+
+    def __call__(self, *args: Any) -> None:
+        namespace = main_namespace()
+        before = dict(namespace)
+        try:
+            self.initializer(*args)
+        finally:
+            for name, value in list(namespace.items()):
+                if before.get(name, _OWN) is not value:
+                    _delivered[name] = _OWN
