@@ -28,6 +28,28 @@ with nbmp.Pool(2) as pool:
 squares[:5], len(squares)
 
 # %% [markdown]
+# ## Load once per worker: the initializer
+#
+# The standard way to give each worker something expensive (a model, a connection): the
+# initializer sets a global, and the tasks read it, under every start method. The
+# notebook's own `model` stays as it was. Under fork the workers also read the notebook's
+# data without it being pickled: `predict`, defined before the Pool, crosses by reference.
+
+# %%
+model = None
+
+def load_model(scale):
+    global model
+    model = {"scale": scale}   # e.g. torch.load(...), once in each worker
+
+def predict(x):
+    return model["scale"] * x
+
+with nbmp.Pool(2, initializer=load_model, initargs=(10,)) as pool:
+    print(pool.map(predict, range(5)))
+print("the notebook's model:", model)
+
+# %% [markdown]
 # `nbmp.parallel_map` is the one-call version: a Pool, a map, and the Pool cleaned up.
 
 # %%

@@ -159,3 +159,16 @@ with nbmp.ProcessPoolExecutor(1) as ex:
     print(type(ex.submit(Point, 1).result()) is Point)
 """)
     assert out.splitlines() == ["[True, True]", "True", "[True, True]", "caught as itself", "True"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_the_workers_main_keeps_its_builtins_module(method):
+    out = run_main(f"""
+import nbmp
+def names_builtins(x):
+    import __main__
+    return type(__main__.__builtins__).__name__
+with nbmp.get_context({method!r}).Pool(1) as pool:
+    print(pool.apply(lambda: names_builtins(0)), pool.apply(names_builtins, (0,)))
+""")
+    assert out.split() == ["module", "module"]

@@ -28,13 +28,14 @@ Two pieces, one per side:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
 import weakref
 from multiprocessing import process as _process
 from types import CodeType, FunctionType
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from cloudpickle import cloudpickle as _cloudpickle
 
@@ -121,7 +122,8 @@ def _defined_as(obj: Any, name: str) -> bool:
 # name -> what this process's parent last delivered under it: a weak reference where the
 # value takes one (no data kept alive that the worker dropped), else the value in a 1-tuple.
 _delivered: Dict[str, Any] = {}
-_OWN: Tuple[Any] = (object(),)  # delivered marker of a name the initializer set: never the bound value
+_INITIALIZER_SET: Tuple[Any] = (object(),)  # in place of a delivery: the name is the worker's
+_MISSING = object()
 
 
 _starter: Optional[int] = None  # the pid that started this process by spawn or forkserver (see note_starter)
@@ -147,8 +149,10 @@ def make_function(sender: int, code: CodeType, base_globals: Dict[str, Any], nam
     """cloudpickle's rebuild of a by-value function defined in ``sender``'s ``__main__``: in a
     process ``sender`` started, its globals are this process's ``__main__`` namespace."""
     namespace = _namespace_from(sender)
-    return _cloudpickle._make_function(code, base_globals if namespace is None else namespace,  # type: ignore[no-any-return]  # cloudpickle: untyped
-                                       name, argdefs, closure)
+    if namespace is None:
+        return _cloudpickle._make_function(code, base_globals, name, argdefs, closure)  # type: ignore[no-any-return]  # cloudpickle: untyped
+    with _builtins_kept(namespace):  # cloudpickle binds its module's __builtins__ in the globals it is given
+        return _cloudpickle._make_function(code, namespace, name, argdefs, closure)  # type: ignore[no-any-return]  # as above
 
 
 def set_function_state(func: FunctionType, state: Tuple[Dict[str, Any], Dict[str, Any]]) -> None:
@@ -160,10 +164,19 @@ def set_function_state(func: FunctionType, state: Tuple[Dict[str, Any], Dict[str
         return
     attributes, slots = state
     deliver(namespace, slots["__globals__"])
-    kept = namespace.get("__builtins__")  # cloudpickle's setstate puts its own module's there
-    _cloudpickle._function_setstate(func, (attributes, {**slots, "__globals__": {}}))
-    if kept is not None:
-        namespace["__builtins__"] = kept
+    with _builtins_kept(namespace):
+        _cloudpickle._function_setstate(func, (attributes, {**slots, "__globals__": {}}))
+
+
+@contextlib.contextmanager
+def _builtins_kept(namespace: Dict[str, Any]) -> Iterator[None]:
+    """``namespace["__builtins__"]`` as it was before the block (``__main__``'s is the builtins module)."""
+    kept = namespace.get("__builtins__", _MISSING)
+    try:
+        yield
+    finally:
+        if kept is not _MISSING:
+            namespace["__builtins__"] = kept
 
 
 def deliver(namespace: Dict[str, Any], carried: Dict[str, Any]) -> None:
@@ -171,7 +184,7 @@ def deliver(namespace: Dict[str, Any], carried: Dict[str, Any]) -> None:
     rebound since the parent's last delivery of it (its own state)."""
     for name, value in carried.items():
         last = _delivered.get(name)
-        if last is not None and namespace.get(name, _OWN) is not _value(last):
+        if last is not None and namespace.get(name, _MISSING) is not _value(last):
             continue
         namespace[name] = value
         try:
@@ -205,5 +218,5 @@ class Initializer:
             self.initializer(*args)
         finally:
             for name, value in list(namespace.items()):
-                if before.get(name, _OWN) is not value:
-                    _delivered[name] = _OWN
+                if before.get(name, _MISSING) is not value:
+                    _delivered[name] = _INITIALIZER_SET
