@@ -132,8 +132,9 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
         """Schedule ``fn(*args, **kwargs)``; it is pickled now, by nbmp's pickler (cloudpickle)."""
+        inherited = self._workers_inherit()
         try:
-            with _pickling.sending_to(self._workers_inherit()):
+            with _pickling.sending_to(inherited):
                 data = _pickling.dumps_explained((fn, args, kwargs), {"the function": fn, "args": args,
                                                                       "kwargs": kwargs},
                                                  "submit it to a ProcessPoolExecutor")
@@ -146,11 +147,12 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             failed: Future[Any] = Future()
             failed.set_exception(exc)
             return failed
-        return super().submit(_call_pickled, data, self._inherited if self._forks() else None)
+        return super().submit(_call_pickled, data, inherited)
 
     def _workers_inherit(self) -> Optional[MainObjects]:
         """Under fork, what the workers inherited of ``__main__``, once they run (the stdlib
-        starts them all at the first submit: here, before its call is pickled); else None."""
+        starts them all at the first submit: here, before its call is pickled); else None:
+        what ``submit`` pickles under, and what it tells the worker to send its value under."""
         if not self._forks():
             return None
         with self._shutdown_lock:

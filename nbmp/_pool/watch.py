@@ -329,12 +329,8 @@ class Watch:
                     if call is not None:
                         call.done()
                     return
-            with _pickling.collecting_single_use() as releases:
-                if self.inherited is None:
-                    send(task)
-                else:
-                    with _pickling.sending_to(self.inherited):
-                        send(task)
+            with _pickling.collecting_single_use() as releases, _pickling.sending_to(self.inherited):
+                send(task)
             if releases and task is not None:
                 self.unread[(task[0], task[1])] = releases
         return put
