@@ -24,7 +24,7 @@ from ._base.checks import get_max_workers, set_max_workers
 from ._base.util import falls_back_to as _falls_back_to, fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
 from .widgets import Dashboard, set_dashboard
-from ._spawn import ProcessContext, SpawnContext, spawn, start_processes
+from ._spawn import ENV_VAR_PARALLEL_START, ProcessContext, SpawnContext, spawn, start_processes
 from ._pool import ForkShared, ProcessPoolExecutor, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
 from ._cluster import get_cluster, install as _install_cluster, set_cluster
 from ._notebook.extension import load_ipython_extension, unload_ipython_extension  # noqa: F401  (IPython's hooks)
@@ -42,7 +42,7 @@ del _name
 __all__ = [
     *_multiprocessing.__all__,
     "NbmpError", "PicklingError",
-    "spawn", "start_processes", "ProcessContext", "SpawnContext",
+    "spawn", "start_processes", "ProcessContext", "SpawnContext", "ENV_VAR_PARALLEL_START",
     "ProcessException", "ProcessRaisedException", "ProcessExitedException", "ProcessStoppedException",
     "Dashboard", "set_dashboard",
     "register_fork_handler", "seed", "set_worker_threads", "doctor", "ForkReport", "ForkSafetyWarning",

@@ -216,6 +216,67 @@ def test_others_are_killed_after_the_grace_period(start_method):
     assert exits == {0: 1, 1: -signal.SIGKILL}
 
 
+def _exit_then_others_finish(i, code):
+    if i == 0:
+        sys.exit(code)
+    time.sleep(1.0)  # ends on its own, given the time
+
+
+def test_a_failure_is_logged_as_torch_logs_it_for_each_worker_it_stops(start_method, caplog):
+    # torch's ProcessContext.join logs "Terminating process <pid> via signal SIGTERM" for each
+    # worker it stops after a failure (PyTorch's test_terminate_exit looks for it).
+    context = nbmp.start_processes(_exit_with, args=(123,), nprocs=2, start_method=start_method, join=False)
+    with caplog.at_level("WARNING"), pytest.raises(nbmp.ProcessExitedException, match="exit code 123"):
+        while not context.join(TIMEOUT):
+            pass
+    survivor = context.processes[1]
+    assert survivor.exitcode == -signal.SIGTERM
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("nbmp.spawn", f"Terminating process {survivor.pid} via signal SIGTERM")]
+
+
+def test_join_grace_period_lets_the_others_end_on_their_own_as_torchs(start_method, caplog):
+    context = nbmp.start_processes(_exit_then_others_finish, args=(7,), nprocs=3, start_method=start_method,
+                                   join=False)
+    with caplog.at_level("WARNING"), pytest.raises(nbmp.ProcessExitedException, match="exit code 7"):
+        while not context.join(grace_period=TIMEOUT):
+            pass
+    assert [p.exitcode for p in context.processes] == [7, 0, 0]  # not signalled: they finished
+    assert caplog.records == []
+
+
+def test_join_grace_period_then_sigterm_then_sigkill(start_method, caplog):
+    context = nbmp.spawn(_ignore_sigterm_then_raise, nprocs=2, start_method=start_method, join=False)
+    with caplog.at_level("WARNING"), pytest.raises(nbmp.ProcessRaisedException, match="RuntimeError: boom$"):
+        while not context.join(grace_period=0.2):
+            pass
+    pid = context.processes[1].pid
+    assert context.processes[1].exitcode == -signal.SIGKILL
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Terminating process {pid} via signal SIGTERM",
+        f"Unable to shutdown process {pid} via SIGTERM , forcefully exiting via SIGKILL"]
+
+
+def test_a_failure_nobody_joins_still_stops_the_others(start_method):
+    recorder = Recorder()
+    context = nbmp.spawn(_raise_in, args=(0,), nprocs=2, start_method=start_method, join=False, sinks=[recorder])
+    assert context._supervisor.done.wait(TIMEOUT), "the run never ended: the survivor was not stopped"
+    exits = {e.index: e for e in recorder.of("WorkerExited")}
+    assert exits[1].exitcode == -signal.SIGTERM and exits[1].killed_by_us
+    with pytest.raises(nbmp.ProcessRaisedException):
+        context.join(TIMEOUT)
+
+
+def test_join_grace_period_is_checked():
+    context = nbmp.spawn(_square, nprocs=1, join=False)
+    with pytest.raises(TypeError, match="grace_period must be a number of seconds"):
+        context.join(grace_period="soon")
+    with pytest.raises(ValueError, match=">= 0"):
+        context.join(grace_period=-1)
+    while not context.join(TIMEOUT):
+        pass
+
+
 def test_process_exit_code(start_method):
     with pytest.raises(nbmp.ProcessExitedException) as info:
         nbmp.spawn(lambda i: sys.exit(12), nprocs=1, start_method=start_method)
@@ -564,3 +625,43 @@ def test_the_fork_server_preloads_the_parents_frameworks(imports, setup, expecte
     from helpers import run_main
     out = run_main(SERVER_HAS_NUMPY.format(imports=imports, setup=setup))
     assert json.loads(out.strip().splitlines()[-1]) == expected
+
+
+# -- torch's parallel start of forkserver workers (TORCH_MP_PARALLEL_START) ---------
+
+SLOW_MAIN = """
+import json, os, sys, time
+if __name__ != "__main__":  # a forkserver worker loading the main module, before its process object
+    with open(os.environ["IMPORTS_LOG"], "a") as log:
+        log.write(json.dumps([os.getpid(), time.monotonic(), time.monotonic() + 0.3]) + "\\n")
+    time.sleep(0.3)
+
+def length(i, payload):
+    return len(payload) + i
+
+if __name__ == "__main__":
+    import nbmp
+    os.environ[nbmp.ENV_VAR_PARALLEL_START] = sys.argv[1]
+    # more than a pipe holds: each start waits until its worker has read it, after that import
+    print(nbmp.spawn(length, args=(b"x" * (1 << 20),), nprocs=3, start_method="forkserver"))
+"""
+
+
+@needs_forkserver
+@pytest.mark.parametrize("parallel", ["1", "0"])
+def test_torchs_parallel_start_switch_starts_forkserver_workers_at_once(tmp_path, parallel):
+    import subprocess
+    script, log = tmp_path / "slow_main.py", tmp_path / "imports.log"
+    script.write_text(SLOW_MAIN)
+    proc = subprocess.run([sys.executable, str(script), parallel], capture_output=True, text=True, timeout=TIMEOUT * 2,
+                          env={**os.environ, "IMPORTS_LOG": str(log), "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == str([1 << 20, (1 << 20) + 1, (1 << 20) + 2])
+    if not log.exists():
+        pytest.skip("this Python's fork server does not load the main module in each worker")
+    spans = sorted(json.loads(line)[1:] for line in log.read_text().splitlines())
+    assert len(spans) == 3
+    # One by one, a worker is forked only once the one before has read its process object,
+    # after its import; at once, the workers load the main module side by side.
+    overlapping = any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))
+    assert overlapping == (parallel == "1"), spans

@@ -7,7 +7,7 @@ failure), ``output`` (whole-line relay of workers' stdout and stderr), ``stop``
 (stop every nbmp worker). A peer of ``_pool``; neither imports the other.
 """
 
-from .run import ProcessContext, SpawnContext, spawn, start_processes
+from .run import ENV_VAR_PARALLEL_START, ProcessContext, SpawnContext, spawn, start_processes
 from .stop import stop_all
 
-__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "stop_all"]
+__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "ENV_VAR_PARALLEL_START", "stop_all"]

@@ -15,7 +15,18 @@ from .._base import checks as _checks
 from .._base.exceptions import UncallableTargetError
 from .output import check_output_mode
 
-__all__ = ["check_arguments"]
+__all__ = ["check_arguments", "check_grace_period"]
+
+
+def check_grace_period(grace_period: Any) -> float:
+    """``grace_period`` as seconds (a number >= 0), or a TypeError/ValueError that says what to pass."""
+    if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)):
+        raise TypeError(f"grace_period must be a number of seconds, not {type(grace_period).__name__} "
+                        f"{grace_period!r}; e.g. grace_period=3.0")
+    if not grace_period >= 0:
+        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}; "
+                         f"e.g. grace_period=3.0")
+    return float(grace_period)
 
 
 def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: Any, grace_period: Any,
@@ -29,12 +40,7 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
     nprocs = _checks.worker_count(nprocs, "nprocs", "nprocs=4")
     _check_signature(fn, len(args))
     check_output_mode(output)
-    if isinstance(grace_period, bool) or not isinstance(grace_period, (int, float)):
-        raise TypeError(f"grace_period must be a number of seconds, not {type(grace_period).__name__} "
-                        f"{grace_period!r}; e.g. grace_period=3.0")
-    if not grace_period >= 0:
-        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}; "
-                         f"e.g. grace_period=3.0")
+    check_grace_period(grace_period)
     if isinstance(sinks, (str, bytes)) or not isinstance(sinks, (Sequence, set, frozenset)):
         raise TypeError(f"sinks must be a list of objects with a handle(event) method, not "
                         f"{type(sinks).__name__} {sinks!r}; e.g. sinks=[my_sink]")

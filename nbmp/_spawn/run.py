@@ -9,7 +9,8 @@ What differs from ``torch.multiprocessing.spawn``:
 * ``join=True`` returns the list of return values ordered by index;
 * workers' stdout/stderr reach the parent whole-line, prefixed ``[i]``;
 * a failure stops the other workers at once (SIGTERM, then SIGKILL after
-  ``grace_period``), even with ``join=False`` and nobody joining;
+  ``grace_period``), even with ``join=False`` and nobody joining; after a
+  ``join(grace_period=g)`` they first get ``g`` seconds to end on their own, as torch's;
 * SIGINT is ignored in workers: the parent stops them on KeyboardInterrupt;
 * bad arguments are rejected before any process starts.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -29,12 +31,25 @@ from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
 from .output import StreamPrinter, prepare_writers
-from .args import check_arguments
+from .args import check_arguments, check_grace_period
 from .supervisor import Supervisor, Worker
 from .worker import Job, run
 from ..widgets import make_dashboard
 
-__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext"]
+__all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "ENV_VAR_PARALLEL_START"]
+
+ENV_VAR_PARALLEL_START = "TORCH_MP_PARALLEL_START"
+"""torch's switch, read at each call: set to ``"1"``, a forkserver run starts its workers
+all at once, each from a thread, instead of one after another (a start waits until the
+child has read its process object, so a large one, or a slow import of the main module
+in the child, is paid once rather than once per worker).
+
+Example::
+
+    >>> os.environ[nbmp.ENV_VAR_PARALLEL_START] = "1"
+    >>> nbmp.spawn(lambda i: i, nprocs=4, start_method="forkserver")
+    [0, 1, 2, 3]
+"""
 
 DEFAULT_GRACE_PERIOD = 3.0
 # On KeyboardInterrupt workers get at most this long between SIGTERM and SIGKILL.
@@ -88,15 +103,19 @@ class ProcessContext:
     def join(self, timeout: Optional[float] = None, grace_period: Optional[float] = None) -> bool:
         """Wait up to ``timeout`` seconds; True once every worker exited successfully.
 
-        If a worker failed, the others are stopped (SIGTERM, then SIGKILL after
-        ``grace_period`` seconds) and :class:`ProcessRaisedException` or
-        :class:`ProcessExitedException` is raised, on this and every later call.
-        A KeyboardInterrupt stops every worker and is re-raised.
+        If a worker failed, the others are stopped and :class:`ProcessRaisedException` or
+        :class:`ProcessExitedException` is raised, on this and every later call. The stop
+        is torch's: SIGTERM to those still running, then SIGKILL to those still running
+        ``grace_period`` seconds later; with ``grace_period`` given (to a ``join`` that
+        was waiting when the failure came), they first get ``grace_period`` seconds to
+        end on their own. Without it, SIGTERM goes at once and SIGKILL after the run's
+        ``grace_period`` (``start_processes``'s, 3 s by default). Each signal is logged as
+        a warning on the ``nbmp.spawn`` logger, as torch logs it.
+        A KeyboardInterrupt stops every worker at once and is re-raised.
         """
         __tracebackhide__ = True  # noqa: F841  # IPython shows the worker's traceback, not nbmp's frames
         sup = self._supervisor
-        if grace_period is not None:
-            sup.grace_period = grace_period
+        sup.joining(None if grace_period is None else check_grace_period(grace_period))
         try:
             if not _wait(sup, timeout) and sup.failure is None:
                 return False
@@ -211,7 +230,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         # it stops the workers the way an interrupt in join does.
         with _posix.interrupts_deferred():
             process_context = _start_run(ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
-                                         board)
+                                         board, bool(join))
             stop.attach(process_context._supervisor)
         if not join:
             return process_context
@@ -280,7 +299,7 @@ def _name_of(fn: Callable[..., Any]) -> str:
 
 
 def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
-               run_id: int, events: Broadcast, grace_period: float, board: Any) -> ProcessContext:
+               run_id: int, events: Broadcast, grace_period: float, board: Any, join: bool) -> ProcessContext:
     """Start the workers and the thread that supervises them; on failure, undo it all.
 
     Every worker's pipes and process object are made first, then the workers are started
@@ -302,6 +321,8 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
                 one.job.inherited = tuple(end.fileno() for later in unstarted[k + 1:] for end in later.ends)
                 one.job.main_objects = main_objects
         with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
+            if method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1":
+                _start_all_at_once(unstarted, workers)
             while unstarted:
                 one = unstarted[0]
                 try:
@@ -313,13 +334,34 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
         for worker in workers:
             events.handle(WorkerStarted(run_id, worker.index, int(worker.process.pid)))  # type: ignore[arg-type]  # started: pid is set
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
-        supervisor = Supervisor(run_id, workers, events, flush, grace_period)
+        supervisor = Supervisor(run_id, workers, events, flush, grace_period, joined=join)
         supervisor.start()
     except BaseException:
         _abandon(workers, unstarted)
         board.close()
         raise
     return ProcessContext([w.process for w in workers], supervisor)
+
+
+def _start_all_at_once(unstarted: List["_Unstarted"], workers: List[Worker]) -> None:
+    """Start every worker from a thread of its own (``ENV_VAR_PARALLEL_START``); those
+    started move from ``unstarted`` to ``workers`` in index order, as one by one would.
+    The first error is raised once every start has returned, after what started is moved."""
+    with ThreadPoolExecutor(max_workers=len(unstarted), thread_name_prefix="nbmp-start") as threads:
+        starts = [threads.submit(one.worker.process.start) for one in unstarted]
+    error: Optional[BaseException] = None
+    for one, start in zip(list(unstarted), starts):
+        for end in one.ends:
+            end.close()  # the child has its copies (or never will)
+        one.ends = []
+        failed = start.exception()
+        if failed is None:
+            unstarted.remove(one)
+            workers.append(one.worker)
+        elif error is None:
+            error = failed
+    if error is not None:
+        raise error
 
 
 @dataclass

@@ -14,6 +14,7 @@ kill deadline, which ``stop`` (called from the caller's thread) moves.
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import pickle
 import selectors
@@ -35,6 +36,14 @@ __all__ = ["Worker", "Supervisor"]
 
 # Held while a supervisor handles what its workers sent: see nbmp._forking.ForkLock.
 _SAFE_POINT = ForkLock("nbmp spawn supervisor")
+
+# Where a failure's stop of the other workers is told, in torch's words (its spawn logs the same
+# warnings on its logger, and PyTorch's tests look for them).
+log = logging.getLogger("nbmp.spawn")
+
+# After a failure in a run nobody joins (join=False, no join call yet): how long a join may
+# take to come and decide the stop, as torch's join decides it, before nbmp stops the others itself.
+UNJOINED_STOP_DELAY = 1.0
 
 
 @dataclass
@@ -59,11 +68,15 @@ class Supervisor:
     """Watches one run's workers from a daemon thread; see the module docstring."""
 
     def __init__(self, run_id: int, workers: List[Worker], events: Any, flush: Callable[[], None],
-                 grace_period: float) -> None:
+                 grace_period: float, joined: bool = True) -> None:
         self.run_id = run_id
         self.workers = workers
         self.events = events
         self.grace_period = grace_period
+        # After a failure, how long the others may take to end on their own before SIGTERM (torch's
+        # join(grace_period=...)); 0: at once. ``joined``: a join is waiting, or has been called.
+        self.patience = 0.0
+        self.joined = joined
         self.failure: Optional[Worker] = None  # the first worker that failed on its own
         self.interrupted = False
         self.stopped = False  # by the user (the dashboard's Stop button), while workers still ran
@@ -71,6 +84,10 @@ class Supervisor:
         self.done = threading.Event()
         self._flush = flush
         self._kill_at: Optional[float] = None
+        self._terminate_at: Optional[float] = None  # a failure's SIGTERM, once its patience ends
+        self._awaiting_join = False  # _terminate_at waits for a join to come (UNJOINED_STOP_DELAY)
+        self._told = False  # the stop is a failure's: its signals are logged
+        self._killed: set[int] = set()  # the workers whose SIGKILL was logged
         self._closed = False
         self._lock = threading.Lock()
         self._results_pending: set[int] = set()
@@ -94,8 +111,23 @@ class Supervisor:
                 return
             deadline = time.monotonic() + grace_period
             self._kill_at = deadline if self._kill_at is None else min(self._kill_at, deadline)
+            self._terminate_at, self._awaiting_join = None, False
             self._terminate_live()
             self._wakeup.set()
+
+    def joining(self, grace_period: Optional[float]) -> None:
+        """A join call (torch's rule): after a failure, the others get ``grace_period`` seconds
+        to end on their own before SIGTERM, then as long again before SIGKILL; None: SIGTERM at
+        once, SIGKILL after the run's grace period."""
+        with self._lock:
+            if grace_period is not None:
+                self.grace_period = grace_period
+            self.patience = grace_period or 0.0
+            self.joined = True
+            if self._awaiting_join:  # a failure came before any join: this one decides
+                self._awaiting_join = False
+                self._terminate_at = time.monotonic() + self.patience
+                self._wakeup.set()
 
     def stop_by_user(self, grace_period: float) -> None:
         """The dashboard's Stop: stop the run; its caller gets an error, never a normal return."""
@@ -148,17 +180,25 @@ class Supervisor:
 
     def _step(self) -> None:
         with self._lock:
-            kill_at = self._kill_at
-        timeout = None if kill_at is None else max(0.0, kill_at - time.monotonic())
+            kill_at, terminate_at = self._kill_at, self._terminate_at
+        due = min((t for t in (kill_at, terminate_at) if t is not None), default=None)
+        timeout = None if due is None else max(0.0, due - time.monotonic())
         ready = self._selector.select(timeout)
         with _SAFE_POINT:  # nbmp forks only between steps, never mid-read or mid-write
             wrote = self._handle(ready)
         if wrote:
             self._flush()
-        if kill_at is not None and time.monotonic() >= kill_at:
+        now = time.monotonic()
+        if kill_at is not None and now >= kill_at:
             for worker in self.workers:
                 if worker.exitcode is None:
+                    if self._told and worker.index not in self._killed:
+                        self._killed.add(worker.index)
+                        log.warning("Unable to shutdown process %s via SIGTERM , forcefully exiting via SIGKILL",
+                                    worker.process.pid)
                     worker.process.kill()
+        elif terminate_at is not None and now >= terminate_at and any(w.exitcode is None for w in self.workers):
+            self.stop(self.grace_period)
 
     def _handle(self, ready: List[Tuple[selectors.SelectorKey, int]]) -> bool:
         wrote = False
@@ -236,6 +276,12 @@ class Supervisor:
         self.events.handle(worker.end)
         if worker.failed and not worker.killed_by_us and self.failure is None:
             self.failure = worker
+            with self._lock:
+                self._told = self._kill_at is None  # not already stopping (an interrupt, the Stop button)
+                delay = self.patience if self.joined else UNJOINED_STOP_DELAY
+                if self._told and delay > 0:
+                    self._terminate_at, self._awaiting_join = time.monotonic() + delay, not self.joined
+                    return
             self.stop(self.grace_period)
 
     def _stop_reason(self) -> str:
@@ -249,6 +295,8 @@ class Supervisor:
     def _terminate_live(self) -> None:
         for worker in self.workers:
             if worker.exitcode is None:
+                if self._told and not worker.killed_by_us:
+                    log.warning("Terminating process %s via signal SIGTERM", worker.process.pid)
                 worker.killed_by_us = True
                 worker.process.terminate()
 
