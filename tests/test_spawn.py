@@ -232,7 +232,7 @@ def test_a_failure_is_logged_as_torch_logs_it_for_each_worker_it_stops(start_met
     survivor = context.processes[1]
     assert survivor.exitcode == -signal.SIGTERM
     assert [(r.name, r.getMessage()) for r in caplog.records] == [
-        ("nbmp.spawn", f"Terminating process {survivor.pid} via signal SIGTERM")]
+        ("torch.multiprocessing.spawn", f"Terminating process {survivor.pid} via signal SIGTERM")]
 
 
 def test_join_grace_period_lets_the_others_end_on_their_own_as_torchs(start_method, caplog):

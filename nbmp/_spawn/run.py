@@ -110,7 +110,7 @@ class ProcessContext:
         was waiting when the failure came), they first get ``grace_period`` seconds to
         end on their own. Without it, SIGTERM goes at once and SIGKILL after the run's
         ``grace_period`` (``start_processes``'s, 3 s by default). Each signal is logged as
-        a warning on the ``nbmp.spawn`` logger, as torch logs it.
+        a warning on torch's logger for it, ``torch.multiprocessing.spawn``.
         A KeyboardInterrupt stops every worker at once and is re-raised.
         """
         __tracebackhide__ = True  # noqa: F841  # IPython shows the worker's traceback, not nbmp's frames

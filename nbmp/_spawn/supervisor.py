@@ -37,9 +37,10 @@ __all__ = ["Worker", "Supervisor"]
 # Held while a supervisor handles what its workers sent: see nbmp._forking.ForkLock.
 _SAFE_POINT = ForkLock("nbmp spawn supervisor")
 
-# Where a failure's stop of the other workers is told, in torch's words (its spawn logs the same
-# warnings on its logger, and PyTorch's tests look for them).
-log = logging.getLogger("nbmp.spawn")
+# Where a failure's stop of the other workers is told: torch's spawn logger, in torch's words, so
+# that a program's logging set-up for torch's spawn (a level, a handler, PyTorch's tests'
+# assertLogs on "torch") applies unchanged. Only the logger is named: torch is not imported.
+log = logging.getLogger("torch.multiprocessing.spawn")
 
 # After a failure in a run nobody joins (join=False, no join call yet): how long a join may
 # take to come and decide the stop, as torch's join decides it, before nbmp stops the others itself.
