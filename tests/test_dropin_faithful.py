@@ -243,3 +243,22 @@ def test_a_small_item_never_overtakes_one_the_feeder_is_about_to_send():
     assert q.get(timeout=TIMEOUT) == "small"
     q.close()
     q.join_thread()
+
+
+def test_processes_are_named_as_the_standard_module_names_them():
+    # logging's %(processName)s shows the name: a program moved to nbmp logs the same
+    import multiprocessing
+    import re
+    assert re.fullmatch(r"Process-\d+", nbmp.Process().name)
+    assert re.fullmatch(r"Process-\d+", multiprocessing.Process().name)
+    assert re.fullmatch(r"ForkProcess-\d+", nbmp.get_context("fork").Process().name)
+    assert nbmp.Process(name="loader").name == "loader"
+    process = nbmp.Process(target=_current_name_to, args=(queue := nbmp.SimpleQueue(),))
+    process.start()
+    assert queue.get() == process.name  # the child's own current_process().name
+    process.join(TIMEOUT)
+    queue.close()
+
+
+def _current_name_to(queue):
+    queue.put(nbmp.current_process().name)

@@ -655,13 +655,28 @@ def test_auto_progress_stays_quiet_for_quick_maps(capsys):
     assert capsys.readouterr().err == ""
 
 
-def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(capsys, monkeypatch):
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(monkeypatch):
+    from nbmp._pool import progress
+    monkeypatch.setattr(progress, "AUTO_DELAY", 0.2)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    with nbmp.Pool(2) as pool:
+        assert pool.map(time.sleep, [0.3] * 4, chunksize=1) == [None] * 4
+    err = sys.stderr.getvalue()
+    assert "map(sleep): 100%|" in err and "4/4" in err and err.endswith("\n")
+
+
+def test_auto_progress_prints_nothing_where_nobody_watches(capsys, monkeypatch):
+    # stderr to a log or a pipe (a script's, a torch program's): as the standard Pool, nothing
     from nbmp._pool import progress
     monkeypatch.setattr(progress, "AUTO_DELAY", 0.2)
     with nbmp.Pool(2) as pool:
         assert pool.map(time.sleep, [0.3] * 4, chunksize=1) == [None] * 4
-    err = capsys.readouterr().err
-    assert "map(sleep): 100%|" in err and "4/4" in err and err.endswith("\n")
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="F_SETPIPE_SZ is Linux's")

@@ -156,6 +156,12 @@ class DefaultProcess(_process._NbmpProcess):
 
     _start_method = None
 
+    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None, name: Optional[str] = None,
+                 args: Any = (), kwargs: Any = {}, *, daemon: Optional[bool] = None) -> None:
+        super().__init__(group, target, name, args, kwargs, daemon=daemon)
+        if not name:  # named as multiprocessing.Process names its own (logging's %(processName)s shows it)
+            self._name = "Process-" + ":".join(str(i) for i in self._identity)
+
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
         return default_context.get_context().Process._Popen(process_obj)  # type: ignore[attr-defined]  # a concrete context: it has Process

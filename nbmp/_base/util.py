@@ -48,7 +48,8 @@ def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: It
     defines report ``module_name`` as its module, under the name it is exported as (as trio's
     ``fixup_module_metadata`` does): tracebacks and reprs show ``nbmp.WorkerLostError``, and
     pickle, which finds a class by ``__module__`` and ``__qualname__``, finds it at that path.
-    ``__name__`` is left alone (``nbmp.Process`` still names its processes ``DefaultProcess-N``).
+    ``__name__`` is left alone (``nbmp.Process`` is ``DefaultProcess`` there; it names its
+    processes ``Process-N`` itself).
     Bound methods (the drop-in names that come from the default context) keep theirs, as the
     standard module's do."""
     for name in names:

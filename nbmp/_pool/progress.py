@@ -8,7 +8,9 @@ that runs the map, even for a Pool created in an earlier cell.
 
 The text bar is tqdm-like: redrawn in place with ``\\r`` on a terminal, at most
 once a second in a Jupyter kernel, and only as one final line elsewhere (logs,
-pipes), so saved notebooks and CI logs stay short.
+pipes), so saved notebooks and CI logs stay short. Shown by default only where
+someone watches (a terminal, a notebook): a program whose stderr goes to a log
+or a pipe prints what it printed with the standard Pool, nothing more.
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ def resolve(progress: Any) -> Optional[EventSink]:
 
     ``False``: none. ``True``: a bar from the start (in a notebook, the live
     dashboard widget). ``None`` (default): a text bar that appears only if the map
-    is still running after :data:`AUTO_DELAY` seconds. Any object with a
+    is still running after :data:`AUTO_DELAY` seconds, and only on a terminal or in
+    a notebook (stderr redirected to a file or a pipe: none). Any object with a
     ``handle(event)`` method: that object, which gets every event.
     """
     if progress is False:
@@ -119,5 +122,9 @@ def resolve(progress: Any) -> Optional[EventSink]:
             return make_dashboard(None)
     if progress is None or progress is True:
         delay = AUTO_DELAY if progress is None else 0.0
-        return sink_factory(delay) if sink_factory is not None else TextBar(delay=delay)
+        if sink_factory is not None:
+            return sink_factory(delay)
+        if progress is None and _interval(sys.stderr) is None:
+            return None  # nobody watches this stderr (a log, a pipe): print nothing unasked
+        return TextBar(delay=delay)
     return check(progress)  # type: ignore[no-any-return]  # check() passed it: an object with handle(event)
