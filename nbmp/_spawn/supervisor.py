@@ -4,11 +4,13 @@ results, reaps workers, and stops the others when one fails.
 One thread and one selector per run watch, for every worker, its output pipes, its
 result pipe and its process sentinel. Doing it all in one place keeps the order of
 events per worker fixed (its output lines, then its result, then its exit), lets a
-failure stop the other workers at once even when nobody is in ``join``, and leaves
-the caller's ``join`` a plain wait that an interrupt can break.
+failure stop the other workers even when nobody is in ``join`` (as torch's ``join``
+would: at once, or after the ``grace_period`` a ``join`` gave; with nobody joining, one
+second later), and leaves the caller's ``join`` a plain wait that an interrupt can break.
 
 The thread never holds a lock across a blocking call; its only lock guards the
-kill deadline, which ``stop`` (called from the caller's thread) moves.
+deadlines (SIGTERM's, SIGKILL's), which ``stop`` and ``joining`` (called from the
+caller's thread) move.
 """
 
 from __future__ import annotations
