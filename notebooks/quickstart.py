@@ -78,7 +78,9 @@ multiprocessing.spawn(train, args=(5,), nprocs=3, dashboard=True)
 # %% [markdown]
 # When a worker raises, the others are stopped and the parent raises
 # `nbmp.ProcessRaisedException`, whose message holds the worker's traceback and whose
-# `__cause__` is the worker's own exception.
+# `__cause__` is the worker's own exception. Each worker still running is stopped with
+# SIGTERM, and torch's warning for it ("Terminating process ... via signal SIGTERM")
+# may appear on stderr, as with `torch.multiprocessing`.
 
 # %%
 def check(i):

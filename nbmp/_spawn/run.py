@@ -8,9 +8,9 @@ What differs from ``torch.multiprocessing.spawn``:
   cloudpickle);
 * ``join=True`` returns the list of return values ordered by index;
 * workers' stdout/stderr reach the parent whole-line, prefixed ``[i]``;
-* a failure stops the other workers at once (SIGTERM, then SIGKILL after
-  ``grace_period``), even with ``join=False`` and nobody joining; after a
-  ``join(grace_period=g)`` they first get ``g`` seconds to end on their own, as torch's;
+* a failure stops the other workers as torch's ``join`` does (SIGTERM at once, or after
+  the ``grace_period`` a ``join`` gave; SIGKILL ``grace_period`` later), also with
+  ``join=False`` and nobody joining (then one second after the failure);
 * SIGINT is ignored in workers: the parent stops them on KeyboardInterrupt;
 * bad arguments are rejected before any process starts.
 """
@@ -322,7 +322,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
                 one.job.main_objects = main_objects
         with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
             if method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1":
-                _start_all_at_once(unstarted, workers)
+                _start_all_at_once(unstarted, workers)  # leaves unstarted empty, or raises
             while unstarted:
                 one = unstarted[0]
                 try:
