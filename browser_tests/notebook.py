@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, TypeVar
+from typing import Any, Callable, Dict, List, TypeVar
 
 from playwright.sync_api import Locator, Page
 
@@ -145,3 +145,11 @@ class DashboardView:
         """Wait until the rows' states are ``states``, in worker order; return the rows."""
         return wait_until(self.rows, lambda rows: [row["state"] for row in rows] == states,
                           f"dashboard rows in states {states}", timeout)
+
+
+def notebook_json(cells: List[str]) -> Dict[str, Any]:
+    """An nbformat 4 notebook of code cells with these sources, for the Python 3 kernel."""
+    return {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                       "source": source} for source in cells],
+            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+            "nbformat": 4, "nbformat_minor": 5}

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from playwright.sync_api import Locator
 
-from notebook import DashboardView, NotebookPage, wait_until
+from notebook import DashboardView, NotebookPage, notebook_json, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "docs" / "img" / "dashboard-jupyterlab.png"  # shown in docs/dashboard.md
@@ -86,7 +86,7 @@ POOL_CELLS = [
 @pytest.mark.timeout(180)
 def test_pool_timeline_and_a_failed_run_in_jupyterlab(notebook: NotebookPage) -> None:
     path = notebook.lab.root_dir / "notebooks" / "timeline.ipynb"
-    path.write_text(json.dumps(_notebook(POOL_CELLS)))
+    path.write_text(json.dumps(notebook_json(POOL_CELLS)))
     notebook.open("notebooks/timeline.ipynb")
     notebook.hide_left_sidebar()
     notebook.run_all_cells()
@@ -108,13 +108,6 @@ def test_pool_timeline_and_a_failed_run_in_jupyterlab(notebook: NotebookPage) ->
                for text in error), error  # the worker's own frame is in the error the user sees
     wait_until(failed_board.is_snapshot, bool, "the failed run's snapshot", 30)
     assert "ValueError: worker 1 found a bad value" in failed_board.text()
-
-
-def _notebook(cells: list) -> dict:
-    return {"cells": [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-                       "source": source} for source in cells],
-            "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-            "nbformat": 4, "nbformat_minor": 5}
 
 
 def _saved_html(path: Path, containing: str) -> str:

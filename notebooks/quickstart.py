@@ -76,6 +76,25 @@ def train(i, steps):
 multiprocessing.spawn(train, args=(5,), nprocs=3, dashboard=True)
 
 # %% [markdown]
+# A progress bar a worker redraws with `\r` (tqdm's, or `print(..., end="\r")`) is redrawn
+# in place under the cell while it runs, every worker's on one line; when it ends, its last
+# state stays as an ordinary line.
+
+# %%
+import sys
+
+
+def bar(i, steps=10):
+    for k in range(steps + 1):
+        print(f"\r{k * 100 // steps:3d}%|{'#' * k}{' ' * (steps - k)}|", end="", file=sys.stderr, flush=True)
+        time.sleep(0.2)
+    print(file=sys.stderr)
+    return k
+
+
+multiprocessing.spawn(bar, nprocs=2, dashboard=False)
+
+# %% [markdown]
 # When a worker raises, the others are stopped and the parent raises
 # `nbmp.ProcessRaisedException`, whose message holds the worker's traceback and whose
 # `__cause__` is the worker's own exception. Each worker still running is stopped with

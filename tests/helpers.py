@@ -1,4 +1,5 @@
-"""Helpers shared by tests: running code as ``__main__`` in a fresh interpreter."""
+"""Helpers shared by tests: running code as ``__main__`` in a fresh interpreter, waiting for a
+condition, reading a notebook's stream output as JupyterLab shows it."""
 
 from __future__ import annotations
 
@@ -39,3 +40,21 @@ def wait_until(condition: Callable[[], object], what: str, timeout: float = 30) 
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
         gc.collect()
         time.sleep(0.02)
+
+
+def as_jupyterlab_shows(text: str) -> "list[str]":
+    """The non-blank lines a notebook stream output holding ``text`` shows in JupyterLab 4:
+    a carriage return sends the cursor back to the line's start, text overwrites from the
+    cursor, a newline is appended at the end."""
+    shown, cursor = "", 0
+    for char in text:
+        if char == "\r":
+            while cursor > 0 and shown[cursor - 1] != "\n":
+                cursor -= 1
+        elif char == "\n":
+            shown += "\n"
+            cursor = len(shown)
+        else:
+            shown = shown[:cursor] + char + shown[cursor + 1:]
+            cursor += 1
+    return [line.rstrip() for line in shown.split("\n") if line.strip()]

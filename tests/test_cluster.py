@@ -104,6 +104,30 @@ def test_output_is_relayed_whole_line_with_the_rank(client, capfd):
         assert f"[{rank}] to stderr {rank}" in err.splitlines()
 
 
+def test_a_ranks_progress_bar_reaches_the_sinks_as_status_then_as_its_line(client):
+    from nbmp._base import WorkerOutput
+
+    class Sink:
+        def __init__(self):
+            self.seen = []
+
+        def handle(self, event):
+            if isinstance(event, WorkerOutput):
+                self.seen.append((event.index, event.line, event.status))
+
+    def bar(rank):
+        for k in range(4):
+            sys.stderr.write(f"\rstep {k}/3")
+            sys.stderr.flush()
+            time.sleep(0.3)
+        sys.stderr.write("\n")
+    sink = Sink()
+    nbmp.spawn(bar, nprocs=2, cluster=client, dashboard=False, output="none", sinks=[sink])
+    for rank in (0, 1):
+        mine = [(line, status) for index, line, status in sink.seen if index == rank]
+        assert ("step 1/3", True) in mine and mine[-1] == ("step 3/3", False)
+
+
 def test_a_ranks_lines_that_come_after_its_task_ended_are_still_printed(client, capfd, monkeypatch):
     # The ranks' messages and their tasks' ends travel apart: under load the messages (its
     # "started" among them) may come after the end. Delayed here by a second each.

@@ -75,6 +75,23 @@ def test_output_keeps_the_last_lines_only():
     assert output[-1].stream == "stderr"
 
 
+def test_a_status_line_is_replaced_cleared_and_ended_by_its_whole_line():
+    from nbmp.widgets._html import snapshot
+    state = started_run(Clock())
+
+    def status(index, line):
+        return ev.WorkerOutput(run_id=7, index=index, stream="stderr", line=line, status=True)
+
+    feed(state, status(0, " 10%|#"), status(0, " 50%|#####"), status(1, " 30%|###"))
+    workers = state.runs[7].workers
+    assert workers[0].status.line == " 50%|#####" and not workers[0].output  # replaced, not appended
+    outputs = dict(snapshot(state, 1001.0).runs[0].outputs)
+    assert "nbmp-status" in outputs[0] and " 50%|#####" in outputs[0]  # shown while nothing else was printed
+    feed(state, ev.WorkerOutput(run_id=7, index=0, stream="stderr", line="100%|##########"), status(1, ""))
+    assert workers[0].status is None and [o.line for o in workers[0].output] == ["100%|##########"]
+    assert workers[1].status is None and not workers[1].output  # erased by the worker: nothing left
+
+
 def test_progress_prefers_task_counts_then_worker_steps_then_exits():
     state = started_run(Clock(), nprocs=2)
     run = state.runs[7]

@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 
 import make_notebook  # noqa: E402
+from helpers import as_jupyterlab_shows  # noqa: E402
 import run_notebook  # noqa: E402
 
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
@@ -47,3 +48,6 @@ def test_quickstart_shows_its_results():
     assert "2 results from spawned workers" in text
     assert "101 exit code 0" in text
     assert "[2] step 5/5" in text and "'worker 2: 5 steps'" in text  # the dashboard cell
+    bars = [out.text for cell in nb.cells if "def bar" in cell.source for out in cell.outputs
+            if out.output_type == "stream" and out.name == "stderr"]
+    assert as_jupyterlab_shows("".join(bars)) == [f"[{i}] 100%|##########|" for i in range(2)]  # the bars' cell

@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from conftest import START_METHODS, TIMEOUT
+from helpers import as_jupyterlab_shows
 from test_spawn_output import _chatty, _check_whole_lines
 
 pytestmark = pytest.mark.kernel
@@ -114,6 +115,34 @@ def test_logging_configured_in_the_kernel_is_relayed_whole(kernel):
     cell = kernel.run(code)
     cell.raise_for_error()
     assert sorted(cell.stderr.splitlines()) == [f"[{i}] WARNING:root:worker {i} says hi" for i in range(4)]
+
+
+BARS = r"""
+import sys, time, nbmp
+def bar(i):
+    for k in range(6):
+        sys.stderr.write(f"\r{20 * k:3d}%|{'#' * k}{' ' * (5 - k)}|")
+        sys.stderr.flush()
+        time.sleep(0.3)
+    sys.stderr.write("\n")
+    print("done", i)
+    return i
+nbmp.spawn(bar, nprocs=2, dashboard=False)
+"""
+
+
+def test_progress_bars_redraw_in_place_in_the_calling_cell(kernel):
+    cell = kernel.run(BARS)
+    cell.raise_for_error()
+    assert cell.result == "[0, 1]"
+    messages = [m["content"]["text"] for m in cell.messages
+                if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
+    # While they ran: one line holding both bars, redrawn several times
+    redraws = [t for t in messages if "[0] " in t and "[1] " in t and "\n" not in t]
+    assert len(redraws) >= 3, messages
+    # What the cell shows at the end: each bar's last state, whole, nothing left of the redraws
+    assert sorted(as_jupyterlab_shows(cell.stderr)) == ["[0] 100%|#####|", "[1] 100%|#####|"]
+    assert sorted(cell.stdout.splitlines()) == ["[0] done 0", "[1] done 1"]
 
 
 def _frames_shown(traceback_lines):

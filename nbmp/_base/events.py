@@ -64,12 +64,25 @@ class WorkerStats(Event):
 
 @dataclass(frozen=True)
 class WorkerOutput(Event):
-    """One whole line (without its newline) a worker wrote to ``stream``."""
+    """One whole line (without its newline) a worker wrote to ``stream``, as a terminal
+    shows it (carriage returns applied: what follows one overwrites the line's start).
+
+    ``status=True``: not a whole line yet but the line the worker is redrawing with
+    carriage returns, a progress bar's: it replaces the worker's previous status on that
+    stream, ``""`` removes it, and the next whole line from the stream ends it (at most
+    ten a second per run; see docs/spawn.md).
+
+    Example::
+
+        >>> WorkerOutput(run_id=1, index=0, stream="stderr", line=" 40%|####  |", status=True).status
+        True
+    """
 
     run_id: int
     index: int
     stream: str  # "stdout" or "stderr"
     line: str
+    status: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import sys
 import types
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-__all__ = ["space", "format_bytes", "signal_name", "fixup_module_metadata", "falls_back_to", "stand_for"]
+__all__ = ["space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for"]
 
 
 def space(directory: str) -> Tuple[int, int]:
@@ -41,6 +41,26 @@ def signal_name(signum: int) -> str:
     except ValueError:
         low, high = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
         return f"SIGRTMIN+{signum - low}" if low <= signum <= high else f"signal {signum}"
+
+
+def display_kind(stream: Any) -> Optional[str]:
+    """Who watches ``stream``: ``"terminal"`` (a tty: a line can be redrawn in place, and
+    lines above it with ANSI cursor moves), ``"notebook"`` (a Jupyter kernel's stream: a
+    carriage return redraws the last line, nothing more), or None (a file, a pipe, a log).
+
+    Example::
+
+        >>> display_kind(io.StringIO()) is None
+        True
+    """
+    try:
+        if stream.isatty():
+            return "terminal"
+    except (AttributeError, OSError, ValueError):  # no isatty, or closed
+        pass
+    if type(stream).__module__.startswith("ipykernel"):
+        return "notebook"
+    return None
 
 
 def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:

@@ -92,7 +92,7 @@ class _Relay:
 
     def handle(self, event: Event) -> None:
         if isinstance(event, WorkerOutput):
-            self.send("out", event.stream, event.line)
+            self.send("out", event.stream, event.line, event.status)
         elif isinstance(event, WorkerRaised):
             self.raised = event
         elif isinstance(event, WorkerExited):

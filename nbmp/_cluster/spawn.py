@@ -220,7 +220,7 @@ class _Watch:
             self.pids[rank] = int(msg[2])
             self.events.handle(WorkerStarted(self.run_id, rank, int(msg[2]), host=str(msg[3]), worker=str(msg[4])))
         elif what == "out":
-            self.events.handle(WorkerOutput(self.run_id, rank, str(msg[2]), str(msg[3])))
+            self.events.handle(WorkerOutput(self.run_id, rank, str(msg[2]), str(msg[3]), status=len(msg) > 4 and bool(msg[4])))
         elif what == "stats":
             self.events.handle(WorkerStats(self.run_id, rank, msg[2], msg[3]))
         elif what == "end":

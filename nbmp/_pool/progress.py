@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Optional, TextIO
+from typing import Any, Callable, Dict, Optional, TextIO
 
 from .._base import Event, EventSink, RunFinished, RunStarted, TaskProgress
+from .._base.util import display_kind
 
 __all__ = ["TextBar", "resolve", "sink_factory", "AUTO_DELAY"]
 
@@ -90,11 +91,10 @@ def _clock(seconds: float) -> str:
 
 def _interval(stream: Any) -> Optional[float]:
     """Seconds between redraws: 0.1 on a terminal, 1 in a Jupyter kernel, None elsewhere."""
-    if getattr(stream, "isatty", lambda: False)():
-        return 0.1
-    if type(stream).__module__.startswith("ipykernel"):
-        return 1.0
-    return None
+    return _REDRAW.get(display_kind(stream))
+
+
+_REDRAW: Dict[Optional[str], float] = {"terminal": 0.1, "notebook": 1.0}
 
 
 def check(progress: Any) -> Any:

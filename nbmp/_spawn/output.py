@@ -10,15 +10,18 @@ fd 1 and 2 become pipes; the parent reads them, and only whole lines leave it.
 
 from __future__ import annotations
 
+import codecs
 import io
 import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 from .._backend.popen_fork import MadeForChildren
-from .._base import Event, WorkerOutput
+from .._base import Event, RunFinished, WorkerOutput
+from .._base.util import display_kind
 
-__all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "StreamPrinter", "prepare_writers", "redirect_std_fds"]
+__all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "render", "StreamPrinter", "prepare_writers", "redirect_std_fds",
+           "STATUS_INTERVAL"]
 
 OUTPUT_MODES = {
     "prefix": "relay whole lines, each prefixed with the worker index: '[0] hello' (default)",
@@ -27,9 +30,13 @@ OUTPUT_MODES = {
     "inherit": "leave the workers' stdout and stderr alone (the standard library's behaviour)",
 }
 
-# A line longer than this is passed on in pieces, so a worker that never writes a
-# newline cannot make the parent buffer without bound.
+# A line longer than this (in characters) is passed on in pieces, so a worker that never
+# writes a newline cannot make the parent buffer without bound.
 MAX_LINE = 1 << 16
+
+# Seconds between two passings-on of a run's status lines (progress bars redrawn with
+# carriage returns): the latest state of each, at most this often.
+STATUS_INTERVAL = 0.1
 
 
 def check_output_mode(output: Any) -> str:
@@ -45,60 +52,247 @@ def check_output_mode(output: Any) -> str:
 
 
 class LineSplitter:
-    """Turns the chunks read from one worker stream into whole lines."""
+    """Turns the chunks read from one worker stream into whole lines, and keeps the line
+    being redrawn with carriage returns (a progress bar) as the stream's *status*.
+
+    ``emit(line)`` gets each whole line at once, as a terminal shows it (see :func:`render`).
+    The status is only taken, by :meth:`take_status`, at the pace the caller chooses: a bar
+    redrawn thousands of times a second is passed on a few times a second, its latest state.
+
+    Example::
+
+        >>> lines = []
+        >>> splitter = LineSplitter(lines.append)
+        >>> splitter.feed(b"\\r 10%|#  |\\r 20%|## |")
+        >>> splitter.take_status()
+        ' 20%|## |'
+        >>> splitter.feed(b"\\r100%|###|\\ndone\\n")
+        >>> lines
+        ['100%|###|', 'done']
+    """
 
     def __init__(self, emit: Callable[[str], None]) -> None:
         self._emit = emit
-        self._pending = b""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # the line begun and not ended, compacted (see _compact)
+        self._shown = ""  # the status last taken ("": none)
+        self.status_waiting = False  # the status may have changed since last taken
 
     def feed(self, chunk: bytes) -> None:
-        data = self._pending + chunk
-        *lines, self._pending = data.split(b"\n")
+        data = self._pending + self._decoder.decode(chunk)
+        *lines, self._pending = data.split("\n")
+        if lines:
+            self._shown = ""  # a whole line ends the status, wherever sinks show it
         for line in lines:
-            self._emit(_decode(line))
+            self._emit(render(line))
+        if "\r" in self._pending:
+            self._pending = _compact(self._pending)
+            self.status_waiting = True
         while len(self._pending) >= MAX_LINE:
             head, self._pending = self._pending[:MAX_LINE], self._pending[MAX_LINE:]
-            self._emit(_decode(head))
+            self._emit(render(head))
+
+    def take_status(self) -> Optional[str]:
+        """The status if it changed since last taken (``""``: it was cleared), else None.
+        Only a line redrawn with carriage returns has one: a line written in parts
+        (``print(..., end="")``) waits for its newline."""
+        if not self.status_waiting:
+            return None
+        self.status_waiting = False
+        status = render(self._pending) if "\r" in self._pending else ""
+        if status == self._shown:
+            return None
+        self._shown = status
+        return status
 
     def close(self) -> None:
-        """The stream ended: a final line without its newline is still a line."""
-        if self._pending:
-            self._emit(_decode(self._pending))
-            self._pending = b""
+        """The stream ended: a final line without its newline is still a line, unless it
+        is a status that was cleared (a bar that erased itself)."""
+        pending = self._pending + self._decoder.decode(b"", final=True)
+        self._pending = ""
+        if pending and not ("\r" in pending and not render(pending)):
+            self._shown = ""
+            self._emit(render(pending))
+        self.status_waiting = bool(self._shown)  # erased: take_status clears it
 
 
-def _decode(line: bytes) -> str:
-    return line.decode("utf-8", errors="replace")
+def render(text: str) -> str:
+    """What a terminal shows for ``text``, a line without its newline: each carriage
+    return goes back to the line's start and what follows overwrites it; trailing blanks
+    of such a line (an erased bar's) are dropped. A line without one is left as it is.
+
+    Example::
+
+        >>> render("loading\\r 50%\\r100%")
+        '100%ing'
+    """
+    return _overlay(text)[0].rstrip() if "\r" in text else text
+
+
+def _compact(text: str) -> str:
+    """``text`` (with carriage returns) shortened to what a terminal holds: the line as
+    shown, then the cursor where the last segment left it, so that more text overwrites
+    from there (a carriage return stays in it: the line is still a status). A bar redrawn
+    for hours without a newline stays within twice one line's length."""
+    shown, cursor = _overlay(text)
+    return shown + "\r" + cursor
+
+
+def _overlay(text: str) -> Tuple[str, str]:
+    """``(the line shown, the text from its start to the cursor)`` for ``text``."""
+    shown = ""
+    segments = text.split("\r")
+    for segment in segments:
+        shown = segment + shown[len(segment):]
+    return shown, segments[-1]
 
 
 class StreamPrinter:
-    """The sink that prints :class:`WorkerOutput` lines, one whole line per write.
+    """The sink that prints :class:`WorkerOutput` lines, one whole line per write, and the
+    workers' status lines (progress bars) where someone watches stderr.
 
     ``stdout``/``stderr`` are the streams current when ``spawn`` was called: in
     ipykernel that is the cell's stream, so the lines land in the calling cell.
+    Statuses are drawn on stderr, below the lines: on a terminal one row per worker,
+    redrawn in place; in a notebook one line, all workers' side by side, redrawn with a
+    carriage return; in a file or pipe not at all (their whole lines still come).
     """
 
     def __init__(self, prefix: bool, stdout: Optional[TextIO] = None, stderr: Optional[TextIO] = None) -> None:
         self.prefix = prefix
         self.streams: Dict[str, Optional[TextIO]] = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
         self._written: Dict[str, TextIO] = {}  # the streams written since the last flush
+        self._statuses: Dict[Tuple[int, str], str] = {}  # (worker, stream) -> its status, in order of appearance
+        self._board = _StatusBoard.on(self.streams["stderr"])
 
     def handle(self, event: Event) -> None:
         if isinstance(event, WorkerOutput):
+            if event.status:
+                self._status(event)
+                return
             stream = self.streams[event.stream]
+            self._statuses.pop((event.index, event.stream), None)
             if stream is not None:
-                stream.write(f"[{event.index}] {event.line}\n" if self.prefix else event.line + "\n")
+                self._clear_board()
+                stream.write(self._label(event.index, event.line) + "\n")
                 self._written[event.stream] = stream
+        elif isinstance(event, RunFinished):
+            self._statuses.clear()
+            self._clear_board()
+
+    def _label(self, index: int, text: str) -> str:
+        return f"[{index}] {text}" if self.prefix else text
+
+    def _status(self, event: WorkerOutput) -> None:
+        if self._board is None:
+            return
+        key = (event.index, event.stream)
+        if event.line:
+            self._statuses[key] = event.line
+        else:
+            self._statuses.pop(key, None)
+        self._board.dirty = True
+
+    def _clear_board(self) -> None:
+        board = self._board
+        if board is not None and board.drawn:
+            board.clear()
+            board.dirty = bool(self._statuses)
+            self._flush_stream(board.stream)  # before a line goes to the other stream
 
     def flush(self) -> None:
         """Flush the streams written since the last flush (in a kernel, each flush of a cell's
-        stream waits for ipykernel's IOPub thread: a run with no output waits for none)."""
+        stream waits for ipykernel's IOPub thread: a run with no output waits for none),
+        then redraw the statuses if they changed."""
         while self._written:
             _, stream = self._written.popitem()
-            try:
-                stream.flush()
-            except (OSError, ValueError):  # a closed stream must not break the run
-                pass
+            self._flush_stream(stream)
+        board = self._board
+        if board is not None and board.dirty:
+            board.dirty = False
+            board.clear()
+            board.draw([self._label(index, text) for (index, _), text in self._statuses.items()])
+            self._flush_stream(board.stream)
+
+    @staticmethod
+    def _flush_stream(stream: TextIO) -> None:
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed stream must not break the run
+            pass
+
+
+class _StatusBoard:
+    """Where a printer draws the workers' statuses: below everything else on its stream."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.drawn = False  # something is on screen
+        self.dirty = False  # the statuses changed since drawn
+
+    @staticmethod
+    def on(stream: Optional[TextIO]) -> Optional["_StatusBoard"]:
+        """The board for ``stream``'s display, or None where nobody watches it."""
+        if stream is None:
+            return None
+        kind = display_kind(stream)
+        return _TerminalBoard(stream) if kind == "terminal" else _NotebookBoard(stream) if kind == "notebook" else None
+
+    def clear(self) -> None:
+        raise NotImplementedError
+
+    def draw(self, rows: List[str]) -> None:
+        raise NotImplementedError
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+        except (OSError, ValueError):
+            pass
+
+
+class _TerminalBoard(_StatusBoard):
+    """One row per status under the output, cut to the terminal's width (a wrapped row
+    would throw off the cursor moves that redraw them), the cursor left on the line below
+    them: where the text dashboard's status line (``nbmp.widgets``) writes, so the two
+    never share a row."""
+
+    rows = 0
+
+    def clear(self) -> None:
+        if self.rows:
+            self._write(f"\r\x1b[{self.rows}A\x1b[J")
+        self.rows, self.drawn = 0, False
+
+    def draw(self, rows: List[str]) -> None:
+        if not rows:
+            return
+        try:
+            width = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: a terminal that does not say
+        except (AttributeError, OSError, ValueError):
+            width = 80
+        self._write("".join(row[:max(1, width - 1)] + "\n" for row in rows))
+        self.rows, self.drawn = len(rows), True
+
+
+class _NotebookBoard(_StatusBoard):
+    """One line holding every status. A notebook's output keeps a cursor as a terminal
+    does, but only a carriage return moves it (back to the line's start: what follows
+    overwrites, JupyterLab 4): clearing writes blanks over what was drawn and returns."""
+
+    SEPARATOR = "   "
+    width = 0  # characters drawn
+
+    def clear(self) -> None:
+        if self.drawn:
+            self._write("\r" + " " * self.width + "\r")
+        self.drawn, self.width = False, 0
+
+    def draw(self, rows: List[str]) -> None:
+        if rows:
+            text = self.SEPARATOR.join(rows)
+            self._write(text)
+            self.drawn, self.width = True, len(text)
 
 
 # --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .._backend.popen_fork import peak_rss
 from .._backend.posix import WakeUp
 from .._forking import ForkLock
 from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
-from .output import LineSplitter
+from .output import STATUS_INTERVAL, LineSplitter
 
 __all__ = ["Worker", "Supervisor"]
 
@@ -97,6 +97,8 @@ class Supervisor:
         self._wakeup = WakeUp()  # stop() wakes the loop through it
         self._selector = selectors.DefaultSelector()
         self._splitters: Dict[int, LineSplitter] = {}
+        self._sources: Dict[int, Tuple[int, str]] = {}  # output fd -> (worker index, stream)
+        self._statuses_at = 0.0  # the next status lines may be passed on from then (time.monotonic)
 
     def start(self) -> None:
         # Run in a copy of the caller's context: ipykernel keeps the current cell in a
@@ -174,6 +176,7 @@ class Supervisor:
             for fd, stream in worker.output_pipes.items():
                 os.set_blocking(fd, False)
                 self._splitters[fd] = LineSplitter(self._emitter(worker.index, stream))
+                self._sources[fd] = (worker.index, stream)
                 self._selector.register(fd, selectors.EVENT_READ, ("output", worker))
 
     def _emitter(self, index: int, stream: str) -> Callable[[str], None]:
@@ -181,14 +184,38 @@ class Supervisor:
             self.events.handle(WorkerOutput(self.run_id, index, stream, line))
         return emit
 
+    def _pass_statuses(self, now: float) -> bool:
+        """Pass on the status lines that changed (progress bars), at most every STATUS_INTERVAL."""
+        if now < self._statuses_at:
+            return False
+        passed = False
+        for fd, splitter in self._splitters.items():
+            passed |= self._pass_status(fd, splitter)
+        if passed:
+            self._statuses_at = now + STATUS_INTERVAL
+        return passed
+
+    def _pass_status(self, fd: int, splitter: LineSplitter) -> bool:
+        status = splitter.take_status()
+        if status is None:
+            return False
+        index, stream = self._sources[fd]
+        self.events.handle(WorkerOutput(self.run_id, index, stream, status, status=True))
+        return True
+
+    def _statuses_due(self) -> Optional[float]:
+        """When the status lines waiting to be passed on are due, or None if none waits."""
+        return self._statuses_at if any(s.status_waiting for s in self._splitters.values()) else None
+
     def _step(self) -> None:
         with self._lock:
             kill_at, terminate_at = self._kill_at, self._terminate_at
-        due = min((t for t in (kill_at, terminate_at) if t is not None), default=None)
+        due = min((t for t in (kill_at, terminate_at, self._statuses_due()) if t is not None), default=None)
         timeout = None if due is None else max(0.0, due - time.monotonic())
         ready = self._selector.select(timeout)
         with _SAFE_POINT:  # nbmp forks only between steps, never mid-read or mid-write
             wrote = self._handle(ready)
+            wrote |= self._pass_statuses(time.monotonic())
         if wrote:
             self._flush()
         now = time.monotonic()
@@ -231,7 +258,9 @@ class Supervisor:
         return True
 
     def _end_output(self, fd: int) -> None:
-        self._splitters.pop(fd).close()
+        splitter = self._splitters.pop(fd)
+        splitter.close()
+        self._pass_status(fd, splitter)  # a status the worker erased before it ended: cleared
         self._selector.unregister(fd)
         os.close(fd)
 

@@ -67,7 +67,7 @@ def _run_snapshot(run: RunState, now: float) -> RunSnapshot:
         progress=fraction, progress_label=escape(label),
         table=_table_html(workers, now),
         failures=tuple((_failure_title(w), _traceback_html(w)) for w in workers if w.exception is not None),
-        outputs=tuple((w.index, _output_html(w)) for w in workers if w.output),
+        outputs=tuple((w.index, _output_html(w)) for w in workers if w.output or w.status),
         finished=run.finished,
         timeline=timeline_html(run, now),
     )
@@ -135,6 +135,8 @@ def _traceback_html(worker: WorkerState) -> str:
 def _output_html(worker: WorkerState) -> str:
     lines = [f"<span style='color:#c62828'>{escape(o.line)}</span>" if o.stream == "stderr" else escape(o.line)
              for o in worker.output]
+    if worker.status is not None:  # a progress bar being redrawn: shown as the last line, not an error
+        lines.append(f"<span class='nbmp-status' style='background:#eef3f8'>{escape(worker.status.line)}</span>")
     return "<pre style='margin:0;white-space:pre-wrap'>" + "\n".join(lines) + "</pre>"
 
 

@@ -58,6 +58,7 @@ class WorkerState:
     total: Optional[int] = None
     exception: Optional[ExceptionInfo] = None
     output: Deque[OutputLine] = field(default_factory=deque)
+    status: Optional[OutputLine] = None  # the line it redraws with carriage returns (a progress bar), if any
     cpu_history: Series = field(default_factory=Series)  # what the plots draw: every sample of the run
     rss_history: Series = field(default_factory=Series)
 
@@ -282,7 +283,13 @@ def _worker_stats(state: DashboardState, e: ev.WorkerStats) -> None:
 
 
 def _worker_output(state: DashboardState, e: ev.WorkerOutput) -> None:
-    state._worker(e, e.index).output.append(OutputLine(e.stream, e.line))
+    worker = state._worker(e, e.index)
+    if e.status:  # replaces the last one; "" clears it
+        worker.status = OutputLine(e.stream, e.line) if e.line else None
+        return
+    if worker.status is not None and worker.status.stream == e.stream:
+        worker.status = None  # the line it was redrawing has ended: this is it
+    worker.output.append(OutputLine(e.stream, e.line))
 
 
 def _worker_raised(state: DashboardState, e: ev.WorkerRaised) -> None:
