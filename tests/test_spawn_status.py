@@ -175,6 +175,14 @@ def test_statuses_are_drawn_below_the_lines_and_give_way_to_them(kind):
     assert screen.screen() == ["[0] start", "[1] hello", "[0] 100%|##########"]
 
 
+def test_a_terminal_shows_no_more_rows_than_it_can_redraw():
+    screen = _Terminal()  # no size known: 80 x 24
+    printer = StreamPrinter(prefix=True, stdout=screen, stderr=screen)
+    _show(printer, *[_out(i, f"{i}%", status=True) for i in range(30)])
+    _show(printer, _out(3, "33%", status=True))
+    assert screen.screen() == [f"[{i}] {33 if i == 3 else i}%" for i in range(21)] + ["... and 9 more"]
+
+
 def test_a_terminals_rows_and_the_text_dashboards_line_never_share_a_row():
     screen = _Terminal()
     printer = StreamPrinter(prefix=True, stdout=screen, stderr=screen)

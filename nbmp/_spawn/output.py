@@ -10,6 +10,7 @@ fd 1 and 2 become pipes; the parent reads them, and only whole lines leave it.
 
 from __future__ import annotations
 
+import abc
 import codecs
 import io
 import os
@@ -222,7 +223,7 @@ class StreamPrinter:
             pass
 
 
-class _StatusBoard:
+class _StatusBoard(abc.ABC):
     """Where a printer draws the workers' statuses: below everything else on its stream."""
 
     def __init__(self, stream: TextIO) -> None:
@@ -238,11 +239,13 @@ class _StatusBoard:
         kind = display_kind(stream)
         return _TerminalBoard(stream) if kind == "terminal" else _NotebookBoard(stream) if kind == "notebook" else None
 
+    @abc.abstractmethod
     def clear(self) -> None:
-        raise NotImplementedError
+        """Take what was drawn off the screen."""
 
+    @abc.abstractmethod
     def draw(self, rows: List[str]) -> None:
-        raise NotImplementedError
+        """Draw ``rows`` (one per status) where the board is; the screen holds none now."""
 
     def _write(self, text: str) -> None:
         try:
@@ -268,9 +271,13 @@ class _TerminalBoard(_StatusBoard):
         if not rows:
             return
         try:
-            width = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: a terminal that does not say
+            size = os.get_terminal_size(self.stream.fileno())
+            width, height = size.columns or 80, size.lines or 24  # 0: a terminal that does not say
         except (AttributeError, OSError, ValueError):
-            width = 80
+            width, height = 80, 24
+        room = max(2, height - 2)  # rows scrolled off the top could not be redrawn
+        if len(rows) > room:
+            rows = rows[:room - 1] + [f"... and {len(rows) - room + 1} more"]
         self._write("".join(row[:max(1, width - 1)] + "\n" for row in rows))
         self.rows, self.drawn = len(rows), True
 
