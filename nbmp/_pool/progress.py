@@ -89,12 +89,12 @@ def _clock(seconds: float) -> str:
     return f"{minutes:02d}:{secs:02d}"
 
 
+_REDRAW: Dict[Optional[str], float] = {"terminal": 0.1, "notebook": 1.0}
+
+
 def _interval(stream: Any) -> Optional[float]:
     """Seconds between redraws: 0.1 on a terminal, 1 in a Jupyter kernel, None elsewhere."""
     return _REDRAW.get(display_kind(stream))
-
-
-_REDRAW: Dict[Optional[str], float] = {"terminal": 0.1, "notebook": 1.0}
 
 
 def check(progress: Any) -> Any:

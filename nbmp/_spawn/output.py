@@ -111,9 +111,10 @@ class LineSplitter:
         is a status that was cleared (a bar that erased itself)."""
         pending = self._pending + self._decoder.decode(b"", final=True)
         self._pending = ""
-        if pending and not ("\r" in pending and not render(pending)):
+        line = render(pending)  # "" for nothing, and for a bar that erased itself
+        if line:
             self._shown = ""
-            self._emit(render(pending))
+            self._emit(line)
         self.status_waiting = bool(self._shown)  # erased: take_status clears it
 
 

@@ -97,7 +97,7 @@ class Supervisor:
         self._wakeup = WakeUp()  # stop() wakes the loop through it
         self._selector = selectors.DefaultSelector()
         self._splitters: Dict[int, LineSplitter] = {}
-        self._sources: Dict[int, Tuple[int, str]] = {}  # output fd -> (worker index, stream)
+        self._emits: Dict[int, Callable[..., None]] = {}  # output fd -> its _emitter
         self._statuses_at = 0.0  # the next status lines may be passed on from then (time.monotonic)
 
     def start(self) -> None:
@@ -175,13 +175,13 @@ class Supervisor:
             self._results_pending.add(worker.index)
             for fd, stream in worker.output_pipes.items():
                 os.set_blocking(fd, False)
-                self._splitters[fd] = LineSplitter(self._emitter(worker.index, stream))
-                self._sources[fd] = (worker.index, stream)
+                self._emits[fd] = emit = self._emitter(worker.index, stream)
+                self._splitters[fd] = LineSplitter(emit)
                 self._selector.register(fd, selectors.EVENT_READ, ("output", worker))
 
-    def _emitter(self, index: int, stream: str) -> Callable[[str], None]:
-        def emit(line: str) -> None:
-            self.events.handle(WorkerOutput(self.run_id, index, stream, line))
+    def _emitter(self, index: int, stream: str) -> Callable[..., None]:
+        def emit(line: str, status: bool = False) -> None:
+            self.events.handle(WorkerOutput(self.run_id, index, stream, line, status=status))
         return emit
 
     def _pass_statuses(self, now: float) -> bool:
@@ -199,8 +199,7 @@ class Supervisor:
         status = splitter.take_status()
         if status is None:
             return False
-        index, stream = self._sources[fd]
-        self.events.handle(WorkerOutput(self.run_id, index, stream, status, status=True))
+        self._emits[fd](status, True)
         return True
 
     def _statuses_due(self) -> Optional[float]:
@@ -261,6 +260,7 @@ class Supervisor:
         splitter = self._splitters.pop(fd)
         splitter.close()
         self._pass_status(fd, splitter)  # a status the worker erased before it ended: cleared
+        del self._emits[fd]  # its closure holds this supervisor: no cycle may outlive the run
         self._selector.unregister(fd)
         os.close(fd)
 
