@@ -39,7 +39,7 @@ import cloudpickle
 from .._base.exceptions import NbmpError
 from . import main_module as _main_module, posix as _posix
 
-__all__ = ["PicklingError", "dumps", "dumps_plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
+__all__ = ["PicklingError", "dumps", "dumps_plain", "plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
            "collecting_single_use", "sending_to", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
 
@@ -266,11 +266,17 @@ def dumps_plain(obj: Any) -> bytes:
 _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
+def plain(obj: Any) -> bool:
+    """Whether ``obj`` is a number, string, bytes, None, or a short tuple of those: no reducer,
+    no by-value code and no ``__main__`` object can be in it, so ``pickle`` alone sends it as
+    nbmp's pickler would."""
+    cls = type(obj)
+    return cls in _ATOMS or (cls is tuple and len(obj) <= 8 and all(type(x) in _ATOMS for x in obj))
+
+
 def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
     """Pickle ``obj`` with nbmp's pickler; see the module docstring."""
-    cls = type(obj)
-    if cls in _ATOMS or (cls is tuple and len(obj) <= 8 and all(type(x) in _ATOMS for x in obj)):
-        # no reducer or by-value code applies: skip the Pickler
+    if plain(obj):  # no reducer or by-value code applies: skip the Pickler
         return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL if protocol is None else protocol)
     if _pending_frameworks:
         _install_pending_frameworks()

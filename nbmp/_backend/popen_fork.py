@@ -15,21 +15,35 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import warnings
 from multiprocessing import popen_fork, util
-from typing import Any, Callable, Generic, Iterator, Optional, TextIO, Tuple, TypeVar
+from typing import Any, Callable, Generic, Iterator, List, Optional, Sequence, TextIO, Tuple, TypeVar
 
 from .. import _forking
+from . import worker_bootstrap
 
-__all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round", "MadeForChildren", "take_stdin"]
+__all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round", "fork_workers", "FORKS_WORKERS", "MadeForChildren", "take_stdin"]
 
 T = TypeVar("T")
 
 
 # 3.12+ warns in the parent after forking a multi-threaded process (os.fork's own check).
 _WARNS_ABOUT_THREADS = sys.version_info >= (3, 12)
+
+
+def _has_pidfds() -> bool:
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):  # Python < 3.9, not Linux, or Linux < 5.3
+        return False
+    return True
+
+
+# nbmp's workers are forked by ``Popen._fork_worker`` and ``fork_workers`` where the OS has pidfds.
+FORKS_WORKERS = _has_pidfds()
 
 
 class _ChildEntry:
@@ -45,6 +59,17 @@ class _ChildEntry:
         _forking.after_fork_in_child()
         _set_stdin_aside()
         return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
+
+    def bootstrap_worker(self) -> int:
+        """The child of ``Popen._fork_worker``: nbmp's worker start, then ``worker_bootstrap``."""
+        if self._hidden is not None:
+            self._hidden.__exit__(None, None, None)
+        _round.open = _round.quiesced = False
+        _forking.after_fork_in_child()
+        _set_stdin_aside()  # the process object's _after_fork takes the reader
+        process_obj = self._process_obj
+        process_obj._start_worker()
+        return worker_bootstrap.bootstrap(process_obj, worker_bootstrap.parent_sentinel(process_obj.launch.parent))
 
 
 class MadeForChildren(Generic[T]):
@@ -201,14 +226,97 @@ class Popen(PeakMemory, popen_fork.Popen):
             _null_stdin.prepare()
             _forking.before_fork(getattr(process_obj, "launch", None))
             _round.quiesced = in_round
+        launch = self._fork_worker if FORKS_WORKERS and getattr(process_obj, "launch", None) and \
+            process_obj.launch.worker else super()._launch  # type: ignore[misc]  # stdlib private: typeshed omits it
         try:
             if not _WARNS_ABOUT_THREADS:
-                super()._launch(_ChildEntry(process_obj, None))  # type: ignore[misc]  # stdlib private: typeshed omits it. The child never returns from here
+                launch(_ChildEntry(process_obj, None))  # the child never returns from here
                 return
             hidden = warnings.catch_warnings()
             with hidden:
                 warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
-                super()._launch(_ChildEntry(process_obj, hidden))  # type: ignore[misc]  # as above
+                launch(_ChildEntry(process_obj, hidden))
         finally:
             if not in_round:
                 _forking.after_fork_in_parent()
+
+    def _fork_worker(self, entry: _ChildEntry) -> None:
+        """An nbmp worker's fork (spawn's, a Pool's): the child runs nbmp's own bootstrap
+        (``worker_bootstrap``) and the sentinel is a pidfd, one descriptor made after the fork
+        where the standard launch makes two pipes before it and closes two after."""
+        self._forked(_fork_child(entry))
+
+    def _forked(self, pid: int) -> None:
+        """In the parent, after the fork of child ``pid``: its sentinel."""
+        self.returncode, self.finalizer, self.pid = None, None, pid
+        try:
+            self.sentinel = os.pidfd_open(pid)
+        except OSError:  # out of descriptors: the child is stopped, its start fails
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+
+
+def _fork_child(entry: _ChildEntry) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = entry.bootstrap_worker()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def fork_workers(processes: Sequence[Any], started: List[Popen]) -> None:
+    """Fork one nbmp worker per process object, back to back, appending each one's ``Popen``
+    to ``started`` (also those forked before a failure, which is raised).
+
+    Between two forks the parent does nothing but fork: each page it writes there is copied
+    once per child already forked, and ``Process.start`` one by one wrote ~90 of them
+    (``nbmp._backend.process.start_workers`` does its bookkeeping after the round). Needs
+    pidfds (``FORKS_WORKERS``); call it inside a :func:`fork_round`.
+
+    Example::
+
+        >>> with fork_round():
+        ...     fork_workers(processes, popens)
+    """
+    if not processes:
+        return
+    in_round = _round.open
+    if not _round.quiesced:
+        util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+        _null_stdin.prepare()
+        _forking.before_fork(getattr(processes[0], "launch", None))
+        _round.quiesced = in_round
+    hidden: Optional[warnings.catch_warnings] = None
+    try:
+        if _WARNS_ABOUT_THREADS:
+            hidden = warnings.catch_warnings()
+            hidden.__enter__()
+            warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
+        entries = [_ChildEntry(process_obj, hidden) for process_obj in processes]
+        pids = [0] * len(entries)
+        try:
+            for k, entry in enumerate(entries):
+                pids[k] = _fork_child(entry)
+        finally:
+            failed: Optional[OSError] = None
+            for pid in pids:
+                if pid:
+                    popen = Popen.__new__(Popen)
+                    try:
+                        popen._forked(pid)  # stops its child if it fails
+                    except OSError as exc:
+                        failed = failed or exc
+                        continue
+                    started.append(popen)
+            if failed is not None:
+                raise failed
+    finally:
+        if hidden is not None:
+            hidden.__exit__(None, None, None)
+        if not in_round:
+            _forking.after_fork_in_parent()

@@ -20,14 +20,15 @@ import os
 import sys
 import threading
 from multiprocessing import process
-from typing import Any, Callable, Optional, Protocol, Tuple
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
 from . import cells as _cells, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
+from . import worker_bootstrap
 from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
 
-__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
+__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "start_workers"]
 
 
 class _StartMethods(Protocol):
@@ -94,17 +95,24 @@ class _NbmpProcess(process.BaseProcess):
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         if self.launch.worker:
-            _posix.ignore_interrupts()
-            parent = self.launch.parent
-            # Not direct under forkserver (the server is the OS parent), nor when a thread other
-            # than the main one started us (the death signal would come when that thread ends).
-            _posix.die_with_parent(parent, direct=os.getppid() == parent and self.launch.main_thread)
-        elif os.getppid() != self._parent_pid:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
-            # Forked by a fork server that nbmp started while SIGINT was blocked for its
-            # workers: a plain Process gets the standard behaviour back.
-            _posix.allow_interrupts()
-        _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
+            self._start_worker()
+        else:
+            if os.getppid() != self._parent_pid:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+                # Forked by a fork server that nbmp started while SIGINT was blocked for its
+                # workers: a plain Process gets the standard behaviour back.
+                _posix.allow_interrupts()
+            _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
+
+    def _start_worker(self) -> None:
+        """A worker's first steps, any start method: SIGINT ignored, death with its starter,
+        nbmp's fork-safety resets (``popen_fork`` runs the rest of a forked worker's start)."""
+        _posix.ignore_interrupts()
+        parent = self.launch.parent
+        # Not direct under forkserver (the server is the OS parent), nor when a thread other
+        # than the main one started us (the death signal would come when that thread ends).
+        _posix.die_with_parent(parent, direct=os.getppid() == parent and self.launch.main_thread)
+        _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
 
     def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str, int]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private
@@ -136,7 +144,7 @@ class ForkProcess(_NbmpProcess):
         # context started, nbmp.get_start_method() says "fork", whatever the parent's default.
         if default_context is not None and default_context.get_start_method(allow_none=True) not in (None, "fork"):
             default_context.set_start_method("fork", force=True)
-        process.BaseProcess._after_fork()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+        worker_bootstrap.after_fork()  # the standard after-fork hooks
 
 
 class SpawnProcess(_NbmpProcess):
@@ -168,3 +176,45 @@ class ForkServerProcess(_NbmpProcess):
         _forkserver.preload_frameworks()  # before the server starts: nbmp and the parent's frameworks, loaded once there
         return Popen(process_obj)
 
+
+
+def start_workers(processes: Sequence[process.BaseProcess]) -> None:
+    """``start()`` each of ``processes``, nbmp workers of one fork context, with their forks
+    back to back (``popen_fork.fork_workers``) where the OS allows, one by one elsewhere. The
+    standard ``start``'s checks come first and its bookkeeping after the round, also for the
+    workers forked before a failure (so that the caller can stop them); the failure is raised.
+
+    Example::
+
+        >>> start_workers([ctx.Process(target=f) for _ in range(4)])
+    """
+    if not popen_fork.FORKS_WORKERS or any(_start_overridden(proc) for proc in processes):
+        for proc in processes:
+            proc.start()
+        return
+    for proc in processes:
+        proc._check_closed()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+        assert proc._popen is None, "cannot start a process twice"  # type: ignore[attr-defined]  # as above
+        assert proc._parent_pid == os.getpid(), "can only start a process object created by current process"  # type: ignore[attr-defined]  # as above
+        launch = proc.launch  # type: ignore[attr-defined]  # an _NbmpProcess
+        assert launch.worker, "start_workers starts nbmp workers"
+        if launch.parent != os.getpid() or launch.main_thread != (threading.current_thread() is threading.main_thread()):
+            proc.launch = _forking.stamp(launch)  # type: ignore[attr-defined]  # as in _NbmpProcess.start
+    assert not process.current_process()._config.get("daemon"), "daemonic processes are not allowed to have children"  # type: ignore[attr-defined]  # as above
+    process._cleanup()  # type: ignore[attr-defined]  # as above
+    _posix.prepare()
+    started: List[Any] = []
+    try:
+        with _posix.interrupts_blocked():  # until each worker has set SIGINT to ignored (see _NbmpProcess.start)
+            popen_fork.fork_workers(processes, started)
+    finally:
+        for proc, popen in zip(processes, started):
+            proc._popen = popen  # type: ignore[attr-defined]  # as above
+            proc._sentinel = popen.sentinel  # type: ignore[attr-defined]  # as above
+            del proc._target, proc._args, proc._kwargs  # type: ignore[attr-defined]  # as the standard start: no cycle through the target
+            process._children.add(proc)  # type: ignore[attr-defined]  # as above
+
+
+def _start_overridden(proc: process.BaseProcess) -> bool:
+    """Whether ``proc`` starts some other way than nbmp's ``start`` (a subclass's, or one set on it)."""
+    return "start" in vars(proc) or type(proc).start is not _NbmpProcess.start

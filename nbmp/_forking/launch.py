@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from .handlers._base import Worker
+
 __all__ = ["Launch"]
 
 
@@ -45,3 +47,4 @@ class Launch:
     threads: Optional[int] = None
     seed: Optional[int] = None
     budget: int = 0
+    forked: Optional[Worker] = None

@@ -13,7 +13,7 @@ from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-__all__ = ["when_imported"]
+__all__ = ["when_imported", "watch"]
 
 
 class _Watcher(MetaPathFinder):
@@ -61,6 +61,9 @@ def when_imported(name: str, callback: Callable[[], None]) -> None:
         sys.meta_path.insert(0, _watcher)
 
 
-def forget() -> None:
-    """Drop every pending callback (a child starts with its own)."""
-    _watcher.pending.clear()
+def watch(hooks: Dict[str, List[Callable[[], None]]]) -> None:
+    """Replace every pending callback with ``hooks``, ``{module name: [callback, ...]}`` for
+    modules not imported yet (a child starts with its own; the dict is used, not copied)."""
+    _watcher.pending = hooks
+    if hooks and _watcher not in sys.meta_path:
+        sys.meta_path.insert(0, _watcher)

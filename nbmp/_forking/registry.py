@@ -126,9 +126,12 @@ def stamp(launch: Launch) -> Launch:
     # The child's seed and thread budget are worked out here, in the parent, not in each
     # child (where each object its work touches is a copy-on-write fault).
     index, threads = next(_started) if launch.index is None else launch.index, worker_threads_setting()
+    seed, budget = _derive_seed(_base_seed, index), _budget(threads, launch.nprocs)
+    forked = Worker(index=index, nprocs=launch.nprocs, seed=seed, threads=budget, explicit_threads=threads is not None,
+                    forked=True)
     return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(),
                   main_thread=threading.current_thread() is threading.main_thread(), base_seed=_base_seed,
-                  threads=threads, seed=_derive_seed(_base_seed, index), budget=_budget(threads, launch.nprocs))
+                  threads=threads, seed=seed, budget=budget, forked=forked)
 
 
 def _cores() -> int:
@@ -306,19 +309,34 @@ def user_handlers() -> Tuple[ForkHandler, ...]:
     return tuple(_user_handlers)
 
 
-def _split() -> Tuple[int, List[ForkHandler], List[ForkHandler]]:
-    """``(len(sys.modules), the handlers that apply now, those waiting for their framework)``."""
+Hooks = Dict[str, List[Callable[[], None]]]  # module name -> what to run once it is imported
+
+
+def _split() -> Tuple[int, List[ForkHandler], Hooks]:
+    """``(len(sys.modules), the handlers that apply now, the in_child calls of those waiting
+    for their framework, by module)``."""
     applying: List[ForkHandler] = []
-    waiting: List[ForkHandler] = []
+    hooks: Hooks = {}
     for handler in _builtins + _user_handlers:
-        (applying if handler.applies() else waiting).append(handler)
-    return len(sys.modules), applying, waiting
+        if handler.applies():
+            applying.append(handler)
+        else:
+            for name in handler.modules:
+                hooks.setdefault(name, []).append(functools.partial(_run_in_this_child, handler))
+    return len(sys.modules), applying, hooks
 
 
 # The split made by the last before_fork: after_fork_in_parent runs the same handlers, and a
-# forked child reuses it while its modules are the parent's (each applies() it skips is a few
-# copy-on-write faults in every worker).
-_plan: Tuple[int, List[ForkHandler], List[ForkHandler]] = (-1, [], [])
+# forked child reuses it while its modules are the parent's (each applies() it skips, each
+# callback it makes, is a few copy-on-write faults in every worker).
+_plan: Tuple[int, List[ForkHandler], Hooks] = (-1, [], {})
+_this_worker: Optional[Worker] = None  # in a child, from child_started: its record
+
+
+def _run_in_this_child(handler: ForkHandler) -> None:
+    """A handler's ``in_child``, once its framework is imported in the child (see child_started)."""
+    if _this_worker is not None:
+        _run(handler, "in_child", _this_worker)
 
 
 def _run(handler: ForkHandler, point: str, *args: Any) -> None:
@@ -396,22 +414,24 @@ def child_started(launch: Launch) -> Worker:
     ForkLocks, per-worker seeds, thread caps, CUDA reset), then, in a child nbmp forked,
     the users' ``after_in_child``. ``launch`` was stamped at start; ``nprocs=0`` means the
     run's size is unknown: one thread."""
-    global _forked_by_nbmp, _base_seed, _started
-    index, nprocs, base, explicit = launch.index or 0, launch.nprocs, launch.base_seed, launch.threads
-    seed = _derive_seed(base, index) if launch.seed is None else launch.seed
-    worker = Worker(index=index, nprocs=nprocs, seed=seed, threads=thread_budget(launch),
-                    explicit_threads=explicit is not None, forked=_forked_by_nbmp)
+    global _forked_by_nbmp, _base_seed, _started, _this_worker
+    worker = launch.forked if _forked_by_nbmp and launch.forked is not None else _worker_of(launch, _forked_by_nbmp)
     _forked_by_nbmp = False
     # This worker's own children derive their seeds from its seed, and count from 0.
-    _base_seed, _started = (None if base is None else worker.seed), itertools.count()
-    _on_import.forget()
-    _, applying, waiting = _plan if worker.forked and _plan[0] == len(sys.modules) else _split()
+    _base_seed, _started = (None if launch.base_seed is None else worker.seed), itertools.count()
+    _this_worker = worker
+    _, applying, hooks = _plan if worker.forked and _plan[0] == len(sys.modules) else _split()
     for handler in applying:
         _run(handler, "in_child", worker)
-    for handler in waiting:  # a framework the worker imports later is reset the moment it appears
-        for name in handler.modules:
-            _on_import.when_imported(name, functools.partial(_run, handler, "in_child", worker))
+    _on_import.watch(hooks)  # a framework the worker imports later is reset the moment it appears
     return worker
+
+
+def _worker_of(launch: Launch, forked: bool) -> Worker:
+    index = launch.index or 0
+    seed = _derive_seed(launch.base_seed, index) if launch.seed is None else launch.seed
+    return Worker(index=index, nprocs=launch.nprocs, seed=seed, threads=thread_budget(launch),
+                  explicit_threads=launch.threads is not None, forked=forked)
 
 
 def settle_worker(index: int, nprocs: int, settings: Dict[str, Any]) -> None:

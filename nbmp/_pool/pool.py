@@ -34,6 +34,7 @@ from . import progress as _progress
 from .._backend import daemons as _daemons, default_context, posix as _posix, register_factory
 from .._backend.main_module import Initializer
 from .._backend.popen_fork import fork_round
+from .._backend.process import ForkProcess, start_workers
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
@@ -144,6 +145,12 @@ class Pool(_stdpool.Pool):
             w.daemon = True
             made.append(w)
         with fork_round():  # on a failed start, the stdlib's __init__ stops the workers in self._pool
+            if made and all(isinstance(w, ForkProcess) for w in made):
+                try:
+                    start_workers(made)  # their forks back to back
+                finally:
+                    self._pool.extend(w for w in made if w._popen is not None)
+                return
             for w in made:
                 w.start()
                 self._pool.append(w)

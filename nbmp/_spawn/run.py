@@ -26,7 +26,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, posix as _posix
 from .._backend.main_module import MainObjects
-from .._backend.popen_fork import fork_round
+from .._backend.popen_fork import FORKS_WORKERS, fork_round
+from .._backend.process import start_workers
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
@@ -312,17 +313,24 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
         _prepare_parent()
         method = ctx.get_start_method()
         unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
-        if method == "fork":  # a worker must not keep the later workers' write ends open
+        if method == "fork":  # a worker must not keep the other workers' write ends open
             if output != "inherit":
                 prepare_writers()
             main_objects = MainObjects()
             main_objects.record()
+            ends = [tuple(end.fileno() for end in one.ends) for one in unstarted]
+            # The parent's ends of every worker's pipes: open in the parent across all the forks.
+            parents = tuple(fd for one in unstarted for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
             for k, one in enumerate(unstarted):
-                one.job.inherited = tuple(end.fileno() for later in unstarted[k + 1:] for end in later.ends)
+                # Forked back to back, a worker has every worker's ends; one by one, the later ones'.
+                others = ends[:k] + ends[k + 1:] if FORKS_WORKERS else ends[k + 1:]
+                one.job.inherited = parents + tuple(fd for fds in others for fd in fds)
                 one.job.main_objects = main_objects
         with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
             if method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1":
                 _start_all_at_once(unstarted, workers)  # leaves unstarted empty, or raises
+            if method == "fork" and FORKS_WORKERS:
+                _start_back_to_back(unstarted, workers)  # leaves unstarted empty, or raises
             while unstarted:
                 one = unstarted[0]
                 try:
@@ -341,6 +349,20 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
         board.close()
         raise
     return ProcessContext([w.process for w in workers], supervisor)
+
+
+def _start_back_to_back(unstarted: List["_Unstarted"], workers: List[Worker]) -> None:
+    """Fork every worker, back to back (``start_workers``); those started move from
+    ``unstarted`` to ``workers`` in index order; a failure is raised after that move."""
+    try:
+        start_workers([one.worker.process for one in unstarted])
+    finally:
+        for one in unstarted:
+            for end in one.ends:
+                end.close()  # the children have their copies (or never will)
+            one.ends = []
+        while unstarted and unstarted[0].worker.process._popen is not None:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+            workers.append(unstarted.pop(0).worker)
 
 
 def _start_all_at_once(unstarted: List["_Unstarted"], workers: List[Worker]) -> None:

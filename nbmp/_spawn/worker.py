@@ -38,7 +38,7 @@ class Job:
     stderr: Optional[Connection]
     parent_pid: int
     direct_child: bool  # False under forkserver, whose children are the server's
-    inherited: Tuple[int, ...] = ()  # fork: the later workers' pipe ends, made before this fork; closed first
+    inherited: Tuple[int, ...] = ()  # fork: the parent's ends of the run's pipes, the other workers' ends; closed first
     # fork: the __main__ functions and classes this worker has (a MainObjects): its value and
     # error name them by reference, so the parent gets its own (isinstance holds there)
     main_objects: Any = None
@@ -88,6 +88,8 @@ def _wait_for_receipt(result: Connection) -> None:
 def _call(job: Job) -> Tuple[bool, bytes]:
     try:
         value = job.fn(job.index, *job.args)
+        if _pickling.plain(value):  # nothing to explain, nothing of __main__ in it
+            return False, _pickling.dumps(("ok", value))
         with _pickling.sending_to(job.main_objects):
             return False, _pickling.dumps_explained(("ok", value), {"the return value": value},
                                                     f"send the return value of process {job.index} to the parent")

@@ -1,0 +1,134 @@
+"""How nbmp starts its own workers (spawn's, a Pool's) under fork: back to back, with a pidfd
+sentinel and nbmp's worker bootstrap (nbmp/_backend/worker_bootstrap.py). What a worker sees
+and how it ends must be what the standard bootstrap gives; no worker holds another's pipes."""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.util
+import os
+import stat
+import sys
+import threading
+import time
+
+import pytest
+
+import nbmp
+from nbmp._backend import popen_fork
+from conftest import TIMEOUT
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nbmp's worker fork is Linux's (pidfds)")
+
+
+def _pipes() -> dict:
+    """This process's pipe descriptors: fd -> the pipe's inode."""
+    found = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            info = os.stat(f"/proc/self/fd/{name}")
+        except OSError:  # the listing's own descriptor, closed meanwhile
+            continue
+        if stat.S_ISFIFO(info.st_mode):
+            found[int(name)] = info.st_ino
+    return found
+
+
+def test_a_worker_holds_its_own_pipes_and_no_other_workers():
+    before = set(_pipes().values())
+
+    def new_pipes(i):
+        time.sleep(0.2)  # every worker is forked before any of them looks
+        return {fd: inode for fd, inode in _pipes().items() if inode not in before}
+
+    seen = nbmp.spawn(new_pipes, nprocs=4, start_method="fork")
+    for i, pipes in enumerate(seen):
+        # Of the run's pipes, its own stdout's and stderr's write ends, at 1 and 2: not the parent's
+        # ends of any, nor another worker's (its result pipe is a socket pair, not counted here).
+        assert sorted(pipes) == [1, 2] and pipes[1] != pipes[2], f"worker {i} holds these of the run's pipes: {pipes}"
+    inodes = [set(p.values()) for p in seen]
+    assert all(not (inodes[a] & inodes[b]) for a in range(4) for b in range(a + 1, 4)), "two workers share a pipe"
+
+
+def test_a_worker_is_its_own_process_object_with_its_parent_alive():
+    parent = os.getpid()
+
+    def who(i):
+        me, up = multiprocessing.current_process(), multiprocessing.parent_process()
+        return (me.name, me.pid == os.getpid(), up.pid, up.is_alive(), multiprocessing.active_children(),
+                multiprocessing.get_start_method(), sys.stdin.read())
+
+    seen = nbmp.spawn(who, nprocs=2, start_method="fork")
+    assert [s[1:] for s in seen] == [(True, parent, True, [], "fork", "")] * 2
+    assert all(name.startswith("ForkProcess-") for name, *_ in seen) and seen[0][0] != seen[1][0]
+
+
+def test_a_worker_runs_the_standard_after_fork_hooks():
+    class Marked:
+        forked_in = 0
+
+    def mark(obj):
+        obj.forked_in = os.getpid()
+
+    obj = Marked()
+    multiprocessing.util.register_after_fork(obj, mark)
+    pids = nbmp.spawn(lambda i: (obj.forked_in, os.getpid()), nprocs=2, start_method="fork")
+    assert all(marked == pid for marked, pid in pids)
+    assert obj.forked_in == 0  # not in the parent
+
+
+@pytest.mark.parametrize("code, expected", [(3, 3), ("bye", 1)])
+def test_a_workers_sys_exit_is_its_exit_code(code, expected, capfd):
+    with pytest.raises(nbmp.ProcessExitedException) as raised:
+        nbmp.spawn(lambda i: sys.exit(code), nprocs=1, start_method="fork")
+    assert raised.value.exit_code == expected
+    if isinstance(code, str):
+        assert "[0] bye" in capfd.readouterr().err  # the standard bootstrap writes the message
+
+
+def test_a_worker_waits_for_its_threads_and_flushes_its_queue():
+    queue = nbmp.Queue()
+
+    def late(i):
+        def after():
+            time.sleep(0.3)
+            print("thread done", flush=True)
+        threading.Thread(target=after).start()  # not a daemon: the worker waits for it
+        queue.put(b"x" * (1 << 20))  # more than a pipe holds: the feeder must flush it at exit
+        return "returned"
+
+    with_output = []
+    sink = type("Sink", (), {"handle": lambda self, e: with_output.append(getattr(e, "line", None))})()
+    run = nbmp.spawn(late, nprocs=1, start_method="fork", sinks=[sink], join=False)
+    assert queue.get(timeout=TIMEOUT) == b"x" * (1 << 20)  # read while it runs: it waits for that
+    assert run.join(timeout=TIMEOUT) and run.results == ["returned"]
+    assert "thread done" in with_output
+    queue.close()
+    queue.join_thread()
+
+
+def test_pool_workers_start_back_to_back_and_serve():
+    with nbmp.Pool(3) as pool:
+        names = pool.map(lambda x: multiprocessing.current_process().name, range(30), chunksize=1)
+        parents = set(pool.map(lambda x: multiprocessing.parent_process().pid, range(6), chunksize=1))
+        sentinels = [w.sentinel for w in pool._pool]
+    assert parents == {os.getpid()}
+    assert all(name.startswith("ForkPoolWorker-") for name in names)
+    if popen_fork.FORKS_WORKERS:  # a pidfd each: readable once its worker has ended
+        assert len(set(sentinels)) == 3
+
+
+def test_a_failed_fork_leaves_no_worker_and_says_so(monkeypatch):
+    forks = []
+    real_fork = os.fork
+
+    def fork_twice():
+        if len(forks) == 2:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        forks.append(1)
+        return real_fork()
+
+    monkeypatch.setattr(popen_fork.os, "fork", fork_twice)
+    with pytest.raises(BlockingIOError):
+        nbmp.spawn(lambda i: time.sleep(TIMEOUT), nprocs=4, start_method="fork")
+    assert len(forks) == 2  # the two forked were stopped (the leak guard checks none is left)
