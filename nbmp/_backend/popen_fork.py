@@ -52,21 +52,21 @@ class _ChildEntry:
     def __init__(self, process_obj: Any, hidden: Optional[warnings.catch_warnings]) -> None:
         self._process_obj, self._hidden = process_obj, hidden
 
-    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
+    def _enter(self) -> None:
+        """The child's first steps, whichever bootstrap follows."""
         if self._hidden is not None:
             self._hidden.__exit__(None, None, None)  # the child's warning filters are the parent's again
         _round.open = _round.quiesced = False  # the parent's round, not this child's
         _forking.after_fork_in_child()
-        _set_stdin_aside()
+        _set_stdin_aside()  # the process object's _after_fork takes the reader
+
+    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
+        self._enter()
         return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
 
     def bootstrap_worker(self) -> int:
         """The child of ``Popen._fork_worker``: nbmp's worker start, then ``worker_bootstrap``."""
-        if self._hidden is not None:
-            self._hidden.__exit__(None, None, None)
-        _round.open = _round.quiesced = False
-        _forking.after_fork_in_child()
-        _set_stdin_aside()  # the process object's _after_fork takes the reader
+        self._enter()
         process_obj = self._process_obj
         process_obj._start_worker()
         return worker_bootstrap.bootstrap(process_obj, worker_bootstrap.parent_sentinel(process_obj.launch.parent))
@@ -221,11 +221,7 @@ class Popen(PeakMemory, popen_fork.Popen):
         self._launch(process_obj)
 
     def _launch(self, process_obj: Any) -> None:
-        in_round = _round.open
-        if not _round.quiesced:
-            _null_stdin.prepare()
-            _forking.before_fork(getattr(process_obj, "launch", None))
-            _round.quiesced = in_round
+        in_round = _quiesce(process_obj)
         launch = self._fork_worker if FORKS_WORKERS and getattr(process_obj, "launch", None) and \
             process_obj.launch.worker else super()._launch  # type: ignore[misc]  # stdlib private: typeshed omits it
         try:
@@ -258,6 +254,17 @@ class Popen(PeakMemory, popen_fork.Popen):
         self.finalizer = util.Finalize(self, util.close_fds, (self.sentinel,))  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
 
 
+def _quiesce(process_obj: Any) -> bool:
+    """Before a fork: the ``before`` handlers, unless this thread's round already ran them.
+    Returns whether a :func:`fork_round` is open (then it runs ``after_in_parent`` on leaving)."""
+    in_round = _round.open
+    if not _round.quiesced:
+        _null_stdin.prepare()
+        _forking.before_fork(getattr(process_obj, "launch", None))
+        _round.quiesced = in_round
+    return in_round
+
+
 def _fork_child(entry: _ChildEntry) -> int:
     pid = os.fork()
     if pid == 0:
@@ -285,12 +292,9 @@ def fork_workers(processes: Sequence[Any], started: List[Popen]) -> None:
     """
     if not processes:
         return
-    in_round = _round.open
     if not _round.quiesced:
-        util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
-        _null_stdin.prepare()
-        _forking.before_fork(getattr(processes[0], "launch", None))
-        _round.quiesced = in_round
+        util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it. Popen.__init__'s flush
+    in_round = _quiesce(processes[0])
     hidden: Optional[warnings.catch_warnings] = None
     try:
         if _WARNS_ABOUT_THREADS:
