@@ -227,6 +227,48 @@ def test_forked_workers_get_the_thread_variables_and_the_parent_keeps_its_own(mo
     assert os.environ.get("OPENBLAS_NUM_THREADS") == openblas
 
 
+def _threads_then_nested_run(i):
+    """In a worker: its thread variables and BLAS pools before and after a run of its own,
+    started while another of its threads is alive (so it lends nothing to its round)."""
+    from threadpoolctl import threadpool_info
+
+    def state():
+        return [os.environ.get(name) for name in THREAD_VARIABLES], \
+            sorted((p["filepath"], p["num_threads"]) for p in threadpool_info())
+
+    stop = threading.Event()
+    waiter = threading.Thread(target=stop.wait, daemon=True)
+    waiter.start()
+    before = state()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", nbmp.ForkSafetyWarning)  # the waiting thread is a user thread
+        inner = nbmp.spawn(lambda j: os.environ.get("OMP_NUM_THREADS"), nprocs=1, start_method="fork")
+    stop.set()
+    waiter.join(TIMEOUT)
+    return before, state(), inner
+
+
+def test_a_worker_running_workers_of_its_own_keeps_its_thread_limits(monkeypatch):
+    # A forked worker inherits its parent's record of what the parent lent its round (the
+    # variables, the lowered pools) and must not give those back to itself after a round of
+    # its own: it keeps the limits it was given.
+    pytest.importorskip("threadpoolctl")
+    monkeypatch.setenv("OMP_NUM_THREADS", "7")
+    (before, after, inner), = nbmp.spawn(_threads_then_nested_run, nprocs=1, start_method="fork")
+    assert before[0] == [str(max(1, len(os.sched_getaffinity(0))))] * 3
+    assert after == before
+    assert inner == [before[0][0]]
+    assert os.environ["OMP_NUM_THREADS"] == "7"
+
+
+def test_a_run_leaves_the_parents_import_hooks_as_they_were():
+    import sys
+    from nbmp._forking import on_import
+    hooks_before, path_before = dict(on_import._watcher.pending), list(sys.meta_path)
+    assert nbmp.spawn(lambda i: i, nprocs=2, start_method="fork") == [0, 1]
+    assert dict(on_import._watcher.pending) == hooks_before and sys.meta_path == path_before
+
+
 def report_native_threads(q, k):
     from threadpoolctl import threadpool_info
     with open("/proc/self/status") as status:

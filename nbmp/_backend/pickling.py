@@ -274,6 +274,12 @@ def plain(obj: Any) -> bool:
     return cls in _ATOMS or (cls is tuple and len(obj) <= 8 and all(type(x) in _ATOMS for x in obj))
 
 
+def dumps_plain_value(obj: Any) -> bytes:
+    """:func:`dumps` of a tuple of a string and a value :func:`plain` accepts (``("ok", 3)``),
+    which ``pickle`` alone sends as nbmp's pickler would."""
+    return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL)
+
+
 def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
     """Pickle ``obj`` with nbmp's pickler; see the module docstring."""
     if plain(obj):  # no reducer or by-value code applies: skip the Pickler

@@ -52,24 +52,16 @@ class _ChildEntry:
     def __init__(self, process_obj: Any, hidden: Optional[warnings.catch_warnings]) -> None:
         self._process_obj, self._hidden = process_obj, hidden
 
-    def _enter(self) -> None:
-        """The child's first steps, whichever bootstrap follows."""
+    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         if self._hidden is not None:
             self._hidden.__exit__(None, None, None)  # the child's warning filters are the parent's again
-        _round.open = _round.quiesced = False  # the parent's round, not this child's
-        _forking.after_fork_in_child()
         _set_stdin_aside()  # the process object's _after_fork takes the reader
-
-    def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
-        self._enter()
+        _forking.after_fork_in_child()  # for the process object's _bootstrap: nbmp forked it
         return self._process_obj._bootstrap(parent_sentinel=parent_sentinel)  # type: ignore[no-any-return]  # process_obj: Any, a BaseProcess
 
     def bootstrap_worker(self) -> int:
-        """The child of ``Popen._fork_worker``: nbmp's worker start, then ``worker_bootstrap``."""
-        self._enter()
-        process_obj = self._process_obj
-        process_obj._start_worker()
-        return worker_bootstrap.bootstrap(process_obj, worker_bootstrap.parent_sentinel(process_obj.launch.parent))
+        """The child of ``Popen._fork_worker`` and ``fork_workers``: ``worker_bootstrap.run_forked``."""
+        return worker_bootstrap.run_forked(self._process_obj, self._hidden, _null_stdin.take())
 
 
 class MadeForChildren(Generic[T]):
@@ -145,10 +137,22 @@ def take_stdin() -> None:
 
 class _Round(threading.local):
     """This thread's open :func:`fork_round`: whether one is open, and whether its
-    ``before`` handlers have run (at its first fork)."""
+    ``before`` handlers have run (at its first fork).
 
-    open = False
-    quiesced = False
+    Each is kept as the pid of the process it holds in (0: none), so that a child forked
+    inside a round finds none open without writing anything (each page a fresh fork
+    writes is a copy-on-write fault)."""
+
+    open_in = 0
+    quiesced_in = 0
+
+    @property
+    def open(self) -> bool:
+        return self.open_in == os.getpid()
+
+    @property
+    def quiesced(self) -> bool:
+        return self.quiesced_in == os.getpid()
 
 
 _round = _Round()
@@ -173,14 +177,14 @@ def fork_round() -> Iterator[None]:
     if _round.open:  # nested: the outer round runs the handlers
         yield
         return
-    _round.open = True
+    _round.open_in = os.getpid()
     try:
         yield
     finally:
         quiesced = _round.quiesced
-        _round.open = _round.quiesced = False
+        _round.open_in = _round.quiesced_in = 0
         if quiesced:
-            _forking.after_fork_in_parent()
+            _after_round()
 
 
 class PeakMemory:
@@ -234,7 +238,7 @@ class Popen(PeakMemory, popen_fork.Popen):
                 launch(_ChildEntry(process_obj, hidden))
         finally:
             if not in_round:
-                _forking.after_fork_in_parent()
+                _after_round()
 
     def _fork_worker(self, entry: _ChildEntry) -> None:
         """An nbmp worker's fork (spawn's, a Pool's): the child runs nbmp's own bootstrap
@@ -261,8 +265,15 @@ def _quiesce(process_obj: Any) -> bool:
     if not _round.quiesced:
         _null_stdin.prepare()
         _forking.before_fork(getattr(process_obj, "launch", None))
-        _round.quiesced = in_round
+        worker_bootstrap.prepare()
+        _round.quiesced_in = os.getpid() if in_round else 0
     return in_round
+
+
+def _after_round() -> None:
+    """After the last fork of a round (or a fork outside one), in the parent."""
+    worker_bootstrap.release()
+    _forking.after_fork_in_parent()
 
 
 def _fork_child(entry: _ChildEntry) -> int:
@@ -323,4 +334,4 @@ def fork_workers(processes: Sequence[Any], started: List[Popen]) -> None:
         if hidden is not None:
             hidden.__exit__(None, None, None)
         if not in_round:
-            _forking.after_fork_in_parent()
+            _after_round()

@@ -104,15 +104,19 @@ class _NbmpProcess(process.BaseProcess):
             _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
-    def _start_worker(self) -> None:
+    def _start_worker(self, forked: bool = False) -> None:
         """A worker's first steps, any start method: SIGINT ignored, death with its starter,
-        nbmp's fork-safety resets (``popen_fork`` runs the rest of a forked worker's start)."""
+        nbmp's fork-safety resets (``popen_fork`` runs the rest of a forked worker's start,
+        and says ``forked``: nbmp forked this worker itself)."""
         _posix.ignore_interrupts()
         parent = self.launch.parent
         # Not direct under forkserver (the server is the OS parent), nor when a thread other
         # than the main one started us (the death signal would come when that thread ends).
         _posix.die_with_parent(parent, direct=os.getppid() == parent and self.launch.main_thread)
-        _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
+        if forked:
+            _forking.forked_worker_started(self.launch)  # what the round's before_fork prepared; never raises
+        else:
+            _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
 
     def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str, int]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private

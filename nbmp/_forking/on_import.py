@@ -61,9 +61,13 @@ def when_imported(name: str, callback: Callable[[], None]) -> None:
         sys.meta_path.insert(0, _watcher)
 
 
-def watch(hooks: Dict[str, List[Callable[[], None]]]) -> None:
+def watch(hooks: Dict[str, List[Callable[[], None]]]) -> Dict[str, List[Callable[[], None]]]:
     """Replace every pending callback with ``hooks``, ``{module name: [callback, ...]}`` for
-    modules not imported yet (a child starts with its own; the dict is used, not copied)."""
-    _watcher.pending = hooks
+    modules not imported yet (a child starts with its own; the dict is used, not copied).
+    Returns the callbacks it replaced."""
+    replaced, _watcher.pending = _watcher.pending, hooks
     if hooks and _watcher not in sys.meta_path:
         sys.meta_path.insert(0, _watcher)
+    elif not hooks and _watcher in sys.meta_path:
+        sys.meta_path.remove(_watcher)
+    return replaced

@@ -396,11 +396,58 @@ def before_fork(launch: Optional[Launch] = None) -> None:
                 pass
     for handler in reversed(_plan[1]):
         _run(handler, "before")
+    _prepare_forked_workers()
 
 
 def after_fork_in_parent() -> None:
+    global _child_calls
     for handler in _plan[1]:
         _run(handler, "after_in_parent")
+    _child_calls = None
+    _on_import.watch(_own_hooks)  # this process's own, which the round's children did not get
+
+
+# What a worker forked in this round runs (``forked_worker_started``), made by ``before_fork``
+# once its handlers have run: the calls with work to do, and the import hooks of the handlers
+# that wait for their framework (set in the parent, inherited by fork). In a forked worker
+# each function it runs, each object it makes, is copy-on-write faults.
+_child_calls: Optional[List[Tuple[ForkHandler, Callable[[Worker], None]]]] = None
+_own_hooks: Hooks = {}
+
+
+def _prepare_forked_workers() -> None:
+    global _child_calls, _own_hooks
+    calls = []
+    for handler in _plan[1]:
+        try:
+            call = handler.forked_child_call()
+        except Exception:
+            call = handler.in_child
+        if call is not None:
+            calls.append((handler, call))
+    _child_calls = calls
+    _own_hooks = _on_import.watch(_plan[2])
+
+
+def forked_worker_started(launch: Launch) -> None:
+    """:func:`child_started` in a worker nbmp forked in a round (``launch.forked`` made by
+    :func:`stamp`): the calls ``before_fork`` prepared, and the import hooks it set, as
+    inherited; reports its handlers' errors itself, never raises."""
+    global _base_seed, _started, _this_worker
+    worker, calls = launch.forked, _child_calls
+    if worker is None or calls is None or _plan[0] != len(sys.modules):
+        start_child(launch, True)
+        return
+    _this_worker = worker
+    if launch.base_seed is not None:  # its own children derive their seeds from its seed
+        _base_seed = worker.seed
+    _started = itertools.count()
+    for handler, call in calls:
+        try:
+            call(worker)
+        except Exception:  # as os.register_at_fork does: report, never break the fork
+            print(f"Exception ignored in nbmp fork handler {handler!r}.in_child:", file=sys.stderr)
+            traceback.print_exc()
 
 
 def after_fork_in_child() -> None:
@@ -409,14 +456,16 @@ def after_fork_in_child() -> None:
     _forked_by_nbmp = True
 
 
-def child_started(launch: Launch) -> Worker:
+def child_started(launch: Launch, forked: bool = False) -> Worker:
     """Every nbmp child's first step, any start method: run the built-in handlers (fresh
     ForkLocks, per-worker seeds, thread caps, CUDA reset), then, in a child nbmp forked,
     the users' ``after_in_child``. ``launch`` was stamped at start; ``nprocs=0`` means the
-    run's size is unknown: one thread."""
+    run's size is unknown: one thread. ``forked``: nbmp forked this child (its caller knows;
+    else :func:`after_fork_in_child` said so)."""
     global _forked_by_nbmp, _base_seed, _started, _this_worker
-    worker = launch.forked if _forked_by_nbmp and launch.forked is not None else _worker_of(launch, _forked_by_nbmp)
-    _forked_by_nbmp = False
+    if _forked_by_nbmp:
+        forked, _forked_by_nbmp = True, False
+    worker = launch.forked if forked and launch.forked is not None else _worker_of(launch, forked)
     # This worker's own children derive their seeds from its seed, and count from 0.
     _base_seed, _started = (None if launch.base_seed is None else worker.seed), itertools.count()
     _this_worker = worker
@@ -445,10 +494,10 @@ def settle_worker(index: int, nprocs: int, settings: Dict[str, Any]) -> None:
             _run(handler, "in_child", worker)
 
 
-def start_child(launch: Launch) -> Optional[Worker]:
+def start_child(launch: Launch, forked: bool = False) -> Optional[Worker]:
     """``child_started`` as ``_NbmpProcess._bootstrap`` calls it: never raises."""
     try:
-        return child_started(launch)
+        return child_started(launch, forked)
     except Exception:  # a worker without fork safety beats a worker that dies silently
         print("Exception ignored in nbmp's child start:", file=sys.stderr)
         traceback.print_exc()

@@ -89,7 +89,7 @@ def _call(job: Job) -> Tuple[bool, bytes]:
     try:
         value = job.fn(job.index, *job.args)
         if _pickling.plain(value):  # nothing to explain, nothing of __main__ in it
-            return False, _pickling.dumps(("ok", value))
+            return False, _pickling.dumps_plain_value(("ok", value))
         with _pickling.sending_to(job.main_objects):
             return False, _pickling.dumps_explained(("ok", value), {"the return value": value},
                                                     f"send the return value of process {job.index} to the parent")

@@ -79,6 +79,7 @@ class ThreadEnvironment(ForkHandler):
 
     def before(self) -> None:
         global _env_lent
+        _env_lent = None  # in a forked worker, its parent's record of the variables it lent
         if not alone():
             return
         budget = self.coming_threads()
@@ -107,6 +108,10 @@ class ThreadEnvironment(ForkHandler):
         for name in _ENV_VARS:
             os.environ[name] = str(worker.threads)
 
+    def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
+        # Lent for the round's children, whose budget is the same (``before_fork``): inherited.
+        return None if _env_lent is not None else self.in_child
+
 
 class NativePools(ForkHandler):
     """BLAS and OpenMP pools already loaded (through numpy, scipy or torch)."""
@@ -127,6 +132,7 @@ class NativePools(ForkHandler):
 
     def before(self) -> None:
         global _gomp_at_fork, _controller, _controller_key
+        _lowered.clear()  # in a forked worker, its parent's record of the pools it lowered
         _gomp_at_fork = gnu_openmp_loaded()
         # Scanning the loaded libraries costs milliseconds: done here, and again only after
         # imports, so a loop of forks scans once; a forked child inherits the result.
@@ -197,6 +203,10 @@ class NativePools(ForkHandler):
             stop = _pool_stoppers.get(lib.filepath) if worker.forked else None
             if stop is not None:
                 stop()
+
+    def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
+        # Every pool lowered to the round's limits in the parent (its children share the budget, ``before_fork``).
+        return None if _inherited is not None else self.in_child
 
 
 def _find_pool_stoppers(controller: Any) -> None:
