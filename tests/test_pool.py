@@ -508,10 +508,13 @@ def test_a_fork_failing_in_the_round_of_starts_leaves_nothing_behind(monkeypatch
 
 
 def test_a_fork_failing_in_spawns_round_leaves_nothing_behind(monkeypatch):
+    nbmp.spawn(abs, nprocs=1, start_method="fork")  # whatever a first run opens for good (pidfd, /dev/null reader)
+    descriptors = set(os.listdir("/proc/self/fd"))
     _fork_failing_at(monkeypatch, 3)
     with pytest.raises(BlockingIOError):
         nbmp.spawn(abs, nprocs=4, start_method="fork")
     assert nbmp.active_children() == []
+    assert set(os.listdir("/proc/self/fd")) <= descriptors  # the run's pipes, its supervisor's selector and wake-up pipe
     monkeypatch.undo()
     assert nbmp.spawn(abs, nprocs=2, start_method="fork") == [0, 1]
 

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any, Optional, cast
+from typing import Any, Optional, Tuple, cast
 
 _SIGINT = int(signal.SIGINT)
 _SIGTERM = int(signal.SIGTERM)
@@ -356,6 +356,10 @@ class WakeUp:
 
     def fileno(self) -> int:
         return self._r
+
+    def descriptors(self) -> Tuple[int, int]:
+        """Both ends of the pipe (a child forked while it is open closes them)."""
+        return self._r, self._w
 
     def set(self) -> None:
         with self._lock:

@@ -309,18 +309,24 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
     already forked)."""
     workers: List[Worker] = []
     unstarted: List[_Unstarted] = []
+    supervisor: Optional[Supervisor] = None
     try:
         _prepare_parent()
         method = ctx.get_start_method()
         unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
+        flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
+        supervisor = Supervisor(run_id, [one.worker for one in unstarted], events, flush, grace_period, joined=join)
+        held = supervisor.prepare()
         if method == "fork":  # a worker must not keep the other workers' write ends open
             if output != "inherit":
                 prepare_writers()
             main_objects = MainObjects()
             main_objects.record()
             ends = [tuple(end.fileno() for end in one.ends) for one in unstarted]
-            # The parent's ends of every worker's pipes: open in the parent across all the forks.
-            parents = tuple(fd for one in unstarted for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
+            # The parent's ends of every worker's pipes, and the supervisor's own: open in the
+            # parent across all the forks.
+            parents = held + tuple(fd for one in unstarted
+                                   for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
             for k, one in enumerate(unstarted):
                 # Forked back to back, a worker has every worker's ends; one by one, the later ones'.
                 others = ends[:k] + ends[k + 1:] if FORKS_WORKERS else ends[k + 1:]
@@ -341,10 +347,10 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
                 workers.append(unstarted.pop(0).worker)
         for worker in workers:
             events.handle(WorkerStarted(run_id, worker.index, int(worker.process.pid)))  # type: ignore[arg-type]  # started: pid is set
-        flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
-        supervisor = Supervisor(run_id, workers, events, flush, grace_period, joined=join)
         supervisor.start()
     except BaseException:
+        if supervisor is not None:
+            supervisor.discard()
         _abandon(workers, unstarted)
         board.close()
         raise

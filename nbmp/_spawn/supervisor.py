@@ -151,7 +151,8 @@ class Supervisor:
 
     def _main(self) -> None:
         try:
-            self._register()
+            for worker in self.workers:  # started: its sentinel exists
+                self._selector.register(worker.process.sentinel, selectors.EVENT_READ, ("exit", worker))
             while any(w.exitcode is None for w in self.workers):
                 self._step()
         except BaseException as exc:  # a bug here must not leave join() waiting forever
@@ -167,10 +168,14 @@ class Supervisor:
             self._flush()
             self.done.set()
 
-    def _register(self) -> None:
+    def prepare(self) -> Tuple[int, ...]:
+        """Before the workers start: watch the wake-up pipe and every worker's pipes (its exit
+        is watched once it has started, in the thread). Done here, not in the thread, because
+        the thread runs after the forks, when each page the parent writes is copied once per
+        worker still sharing it. Returns the descriptors this supervisor holds, which a worker
+        forked meanwhile closes (its selector's and its wake-up pipe's)."""
         self._selector.register(self._wakeup, selectors.EVENT_READ, ("wake", None))
         for worker in self.workers:
-            self._selector.register(worker.process.sentinel, selectors.EVENT_READ, ("exit", worker))
             self._selector.register(worker.result_pipe, selectors.EVENT_READ, ("result", worker))
             self._results_pending.add(worker.index)
             for fd, stream in worker.output_pipes.items():
@@ -178,6 +183,15 @@ class Supervisor:
                 self._emits[fd] = emit = self._emitter(worker.index, stream)
                 self._splitters[fd] = LineSplitter(emit)
                 self._selector.register(fd, selectors.EVENT_READ, ("output", worker))
+        return (*self._wakeup.descriptors(), self._selector.fileno())
+
+    def discard(self) -> None:
+        """The run did not start (a worker's start failed): let go of the selector and the
+        wake-up pipe; the workers' pipes are the starter's to close."""
+        self._selector.close()
+        self._wakeup.close()
+        self._splitters.clear()
+        self._emits.clear()  # their closures hold this supervisor: no cycle may keep the workers' records
 
     def _emitter(self, index: int, stream: str) -> Callable[..., None]:
         def emit(line: str, status: bool = False) -> None:
