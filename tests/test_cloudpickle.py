@@ -277,3 +277,14 @@ def test_a_manager_asked_for_the_standard_pickler_refuses_a_lambda_as_the_standa
         d = plain.dict()
         with pytest.raises((pickle.PicklingError, AttributeError)):
             d["f"] = lambda: 1
+
+
+def test_plain_values_skip_the_pickler_and_load_back_the_same():
+    import pickle
+    from nbmp._backend import pickling
+    message = (7, 3, (True, "x", 0, 1.5, None))  # a Pool's result message: nested tuples of atoms
+    assert pickling.plain(message)
+    assert pickling.dumps(message) == pickle.dumps(message, pickling.cloudpickle.DEFAULT_PROTOCOL)
+    assert pickling.loads(pickling.dumps(message)) == message
+    for not_plain in [(1, [2]), (1, (2, (3,))), tuple(range(9)), (1, (lambda: 0)), {"a": 1}]:
+        assert not pickling.plain(not_plain), not_plain

@@ -266,12 +266,17 @@ def dumps_plain(obj: Any) -> bytes:
 _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
-def plain(obj: Any) -> bool:
-    """Whether ``obj`` is a number, string, bytes, None, or a short tuple of those: no reducer,
-    no by-value code and no ``__main__`` object can be in it, so ``pickle`` alone sends it as
+def plain(obj: Any, depth: int = 2) -> bool:
+    """Whether ``obj`` is a number, string, bytes, None, or a short tuple of those, nested at
+    most ``depth`` deep (a Pool's result message, ``(job, i, (True, 3, ...))``): no reducer, no
+    by-value code and no ``__main__`` object can be in it, so ``pickle`` alone sends it as
     nbmp's pickler would."""
     cls = type(obj)
-    return cls in _ATOMS or (cls is tuple and len(obj) <= 8 and all(type(x) in _ATOMS for x in obj))
+    if cls in _ATOMS:
+        return True
+    if cls is not tuple or len(obj) > 8 or depth <= 0:
+        return False
+    return all(type(x) in _ATOMS or plain(x, depth - 1) for x in obj)
 
 
 def dumps_plain_value(obj: Any) -> bytes:

@@ -155,6 +155,15 @@ class Pool(_stdpool.Pool):
                 w.start()
                 self._pool.append(w)
 
+    def _get_sentinels(self) -> List[Any]:
+        # The standard Pool's worker thread also waits on the result pipe, so it wakes at every
+        # result and, while one waits there unread, turns round and round (each turn reaps
+        # nobody) until the result thread has read it: ~80 turns for a 4-item map, CPU the result
+        # thread and the workers could use. It needs no result to wake: a worker's exit wakes it
+        # through the worker's sentinel, and the change notifier tells it the rest (a close or
+        # terminate, and the last pending call done: the ThreadPool's wait, the same).
+        return [self._change_notifier._reader]
+
     def _setup_queues(self) -> None:
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
         if not all(isinstance(end, Connection) for end in (self._outqueue._reader, self._inqueue._writer)):
