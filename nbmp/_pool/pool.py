@@ -78,6 +78,7 @@ class Pool(_stdpool.Pool):
     _cache: Any  # the stdlib's private _PoolCache (a dict of results with a notifier)
     _inqueue: Any  # the stdlib's SimpleQueues, whose private _reader this class reads
     _outqueue: Any
+    _change_notifier: Any  # the stdlib's SimpleQueue that wakes its worker thread
     _quick_put: Optional[Callable[[Any], None]]
     _quick_get: Optional[Callable[[], Any]]
     # What the stdlib's __del__ reads: right even for a Pool whose __init__ was interrupted
