@@ -272,7 +272,6 @@ def _quiesce(process_obj: Any) -> bool:
 
 def _after_round() -> None:
     """After the last fork of a round (or a fork outside one), in the parent."""
-    worker_bootstrap.release()
     _forking.after_fork_in_parent()
 
 

@@ -21,7 +21,6 @@ Example (what ``nbmp._backend.popen_fork`` does)::
     >>> prepare()                       # in the parent, before its round of forks
     >>> code = run_forked(process_obj, None, stdin)   # in each forked worker
     >>> os._exit(code)
-    >>> release()                       # in the parent, after the round
 """
 
 from __future__ import annotations
@@ -30,18 +29,22 @@ import itertools
 import os
 import sys
 import threading
+import weakref
 from multiprocessing import context, process, util
 from typing import Any, Callable, List, NamedTuple, Optional, TextIO, Tuple
 
-__all__ = ["prepare", "release", "run_forked", "after_fork"]
+__all__ = ["prepare", "run_forked", "after_fork"]
 
 
 class _ForChildren(NamedTuple):
-    """What a parent makes once for the workers of a round of forks."""
+    """What a parent makes once for the workers of a round of forks (kept until its next round:
+    after the forks, each object it drops is a page written, copied once per child)."""
 
     pid: int  # the parent's
     parent: Any  # a multiprocessing.process._ParentProcess: this process as its children see it
-    after_forkers: Optional[List[Tuple[Callable[[Any], object], Any]]]  # the standard after-fork hooks, in order; None after the round
+    # The standard after-fork hooks, in order, each with a weak reference to its object (as the
+    # registry holds it: nothing is kept alive for the children's sake).
+    after_forkers: List[Tuple[Callable[[Any], object], "weakref.ref[Any]"]]
 
 
 _made: Optional[_ForChildren] = None
@@ -67,17 +70,10 @@ def prepare() -> None:
     ``_run_after_forkers`` would otherwise list and sort through a weak dictionary)."""
     global _made
     sentinel = _own_pidfd()
-    hooks = [(key[2], obj) for key, obj in sorted(util._afterfork_registry.items())]  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+    hooks = [(key[2], weakref.ref(obj)) for key, obj in sorted(util._afterfork_registry.items())]  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
     parent = None if sentinel is None else \
         process._ParentProcess(process.current_process().name, os.getpid(), sentinel)  # type: ignore[attr-defined]  # as above
     _made = _ForChildren(os.getpid(), parent, hooks)
-
-
-def release() -> None:
-    """In the parent, after its round: the after-fork hooks' objects are not kept alive."""
-    global _made
-    if _made is not None and _made.after_forkers is not None:
-        _made = _made._replace(after_forkers=None)
 
 
 def run_forked(proc: Any, hidden: Any, stdin: Optional[TextIO]) -> int:
@@ -143,11 +139,14 @@ def after_fork() -> None:
     if util._finalizer_registry:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
         util._finalizer_registry.clear()  # type: ignore[attr-defined]  # the parent's finalizers are not ours
     made = _made
-    if made is None or made.after_forkers is None or made.pid != os.getppid():
+    if made is None or made.pid != os.getppid():
         if util._afterfork_registry:  # type: ignore[attr-defined]  # as above
             util._run_after_forkers()  # type: ignore[attr-defined]  # as above
         return
-    for hook, obj in made.after_forkers:
+    for hook, ref in made.after_forkers:
+        obj = ref()
+        if obj is None:  # gone since the parent listed it: the registry has dropped it too
+            continue
         try:
             hook(obj)
         except Exception as e:  # as the standard _run_after_forkers

@@ -401,7 +401,7 @@ def before_fork(launch: Optional[Launch] = None) -> None:
 
 def after_fork_in_parent() -> None:
     global _child_calls
-    for handler in _plan[1]:
+    for handler in _parent_calls:
         _run(handler, "after_in_parent")
     _child_calls = None
     _on_import.watch(_own_hooks)  # this process's own, which the round's children did not get
@@ -413,10 +413,16 @@ def after_fork_in_parent() -> None:
 # each function it runs, each object it makes, is copy-on-write faults.
 _child_calls: Optional[List[Tuple[ForkHandler, Callable[[Worker], None]]]] = None
 _own_hooks: Hooks = {}
+# The round's handlers that do something after the fork in the parent (not ForkHandler's no-op):
+# after the fork, each one called is a few more copy-on-write faults in the parent.
+_parent_calls: List[ForkHandler] = []
 
 
 def _prepare_forked_workers() -> None:
-    global _child_calls, _own_hooks
+    global _child_calls, _own_hooks, _parent_calls
+    _parent_calls = [handler for handler in _plan[1]
+                     if getattr(type(handler), "after_in_parent", None) is not ForkHandler.after_in_parent
+                     or "after_in_parent" in vars(handler)]
     calls = []
     for handler in _plan[1]:
         try:
