@@ -84,7 +84,7 @@ def die_with_parent(parent_pid: int, direct: bool) -> None:
     if not direct:
         _watch(parent_pid)
         return
-    libc = _load_libc()
+    libc = _libc or _load_libc()  # loaded by prepare() in the parent: no call in a fresh fork
     if libc is None or libc.prctl(_PR_SET_PDEATHSIG, _DEATH, 0, 0, 0) != 0:
         return
     # The parent may have died before prctl ran; then no signal would ever come.
@@ -418,6 +418,6 @@ def flush_c_stdio() -> None:
 
     Workers leave through ``os._exit``, which skips libc's own flush at exit.
     """
-    libc = _load_libc()
+    libc = _libc or _load_libc()
     if libc is not None:
         libc.fflush(None)

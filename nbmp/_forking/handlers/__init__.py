@@ -31,4 +31,4 @@ def builtin_handlers(locks: Locks, threads_setting: Callable[[], Optional[int]],
     its thread budget and the budget of the child about to be forked), so that no handler imports
     the registry."""
     return [GarbageCollector(), Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(coming_threads),
-            NativePools(threads_setting, coming_threads), Torch(), Cuda(), Jax()]
+            NativePools(threads_setting, coming_threads), Torch(coming_threads), Cuda(), Jax()]
