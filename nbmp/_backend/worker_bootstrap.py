@@ -43,8 +43,9 @@ class _ForChildren(NamedTuple):
     pid: int  # the parent's
     parent: Any  # a multiprocessing.process._ParentProcess: this process as its children see it
     # The standard after-fork hooks, in order, each with a weak reference to its object (as the
-    # registry holds it: nothing is kept alive for the children's sake).
-    after_forkers: List[Tuple[Callable[[Any], object], "weakref.ref[Any]"]]
+    # registry holds it: nothing is kept alive for the children's sake); None: not listed (the
+    # children run the standard _run_after_forkers).
+    after_forkers: Optional[List[Tuple[Callable[[Any], object], "weakref.ref[Any]"]]]
 
 
 _made: Optional[_ForChildren] = None
@@ -70,7 +71,11 @@ def prepare() -> None:
     ``_run_after_forkers`` would otherwise list and sort through a weak dictionary)."""
     global _made
     sentinel = _own_pidfd()
-    hooks = [(key[2], weakref.ref(obj)) for key, obj in sorted(util._afterfork_registry.items())]  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+    hooks: Optional[List[Tuple[Callable[[Any], object], "weakref.ref[Any]"]]]
+    try:
+        hooks = [(key[2], weakref.ref(obj)) for key, obj in sorted(util._afterfork_registry.items())]  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+    except RuntimeError:  # another thread registered one meanwhile ("changed size during iteration")
+        hooks = None
     parent = None if sentinel is None else \
         process._ParentProcess(process.current_process().name, os.getpid(), sentinel)  # type: ignore[attr-defined]  # as above
     _made = _ForChildren(os.getpid(), parent, hooks)
@@ -139,7 +144,7 @@ def after_fork() -> None:
     if util._finalizer_registry:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
         util._finalizer_registry.clear()  # type: ignore[attr-defined]  # the parent's finalizers are not ours
     made = _made
-    if made is None or made.pid != os.getppid():
+    if made is None or made.after_forkers is None or made.pid != os.getppid():
         if util._afterfork_registry:  # type: ignore[attr-defined]  # as above
             util._run_after_forkers()  # type: ignore[attr-defined]  # as above
         return

@@ -343,8 +343,12 @@ def _run(handler: ForkHandler, point: str, *args: Any) -> None:
     try:
         getattr(handler, point)(*args)
     except Exception:  # as os.register_at_fork does: report, never break the fork
-        print(f"Exception ignored in nbmp fork handler {handler!r}.{point}:", file=sys.stderr)
-        traceback.print_exc()
+        _report(handler, point)
+
+
+def _report(handler: ForkHandler, point: str) -> None:
+    print(f"Exception ignored in nbmp fork handler {handler!r}.{point}:", file=sys.stderr)
+    traceback.print_exc()
 
 
 # ---------------------------------------------------------------------------
@@ -452,8 +456,7 @@ def forked_worker_started(launch: Launch) -> None:
         try:
             call(worker)
         except Exception:  # as os.register_at_fork does: report, never break the fork
-            print(f"Exception ignored in nbmp fork handler {handler!r}.in_child:", file=sys.stderr)
-            traceback.print_exc()
+            _report(handler, "in_child")
 
 
 def after_fork_in_child() -> None:

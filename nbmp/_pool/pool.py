@@ -238,11 +238,14 @@ class Pool(_stdpool.Pool):
     def _drop_queues(self) -> None:
         # A finished Pool no longer needs its queues, and under spawn/forkserver their
         # named semaphores stay in /dev/shm while anything (a result, a traceback's frame
-        # in a notebook) keeps the Pool alive: let them go now.
-        self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
-        self._cache.notifier = self._change_notifier = None
-        self._watch.inqueue = self._watch.outqueue = None
-        self._watch.drop_reader()
+        # in a notebook) keeps the Pool alive: let them go now. Their connections' __del__
+        # runs here, in the caller's thread: an interrupt landing in one would be printed
+        # and dropped ("Exception ignored in ... __del__"), so it is raised after them.
+        with _posix.interrupts_deferred():
+            self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
+            self._cache.notifier = self._change_notifier = None
+            self._watch.inqueue = self._watch.outqueue = None
+            self._watch.drop_reader()
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:
