@@ -925,3 +925,19 @@ def test_a_result_lock_freed_by_another_thread_first_is_no_error_at_a_terminate(
         _unblock_threads(inqueue, outqueue, [_DeadWorker(r)], ended, ended, ended)
     finally:
         os.close(r)
+
+
+def test_an_interrupt_while_a_pool_lets_go_of_its_queues_is_raised_not_lost():
+    # The queues' connections are freed in the caller's thread by terminate()/join(); an
+    # interrupt landing in one's __del__ was printed ("Exception ignored") and lost.
+    pool = nbmp.Pool(1)
+
+    class InterruptedWhileFreed:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # Python runs the handler here, inside __del__
+
+    pool._watch.inqueue = InterruptedWhileFreed()  # dropped by terminate(), among the queues
+    with pytest.raises(KeyboardInterrupt):
+        pool.terminate()
+    assert pool._inqueue is None and pool._watch.inqueue is None
