@@ -184,7 +184,7 @@ def fork_round() -> Iterator[None]:
         quiesced = _round.quiesced
         _round.open_in = _round.quiesced_in = 0
         if quiesced:
-            _after_round()
+            _forking.after_fork_in_parent()
 
 
 class PeakMemory:
@@ -238,7 +238,7 @@ class Popen(PeakMemory, popen_fork.Popen):
                 launch(_ChildEntry(process_obj, hidden))
         finally:
             if not in_round:
-                _after_round()
+                _forking.after_fork_in_parent()
 
     def _fork_worker(self, entry: _ChildEntry) -> None:
         """An nbmp worker's fork (spawn's, a Pool's): the child runs nbmp's own bootstrap
@@ -268,11 +268,6 @@ def _quiesce(process_obj: Any) -> bool:
         worker_bootstrap.prepare()
         _round.quiesced_in = os.getpid() if in_round else 0
     return in_round
-
-
-def _after_round() -> None:
-    """After the last fork of a round (or a fork outside one), in the parent."""
-    _forking.after_fork_in_parent()
 
 
 def _fork_child(entry: _ChildEntry) -> int:
@@ -333,4 +328,4 @@ def fork_workers(processes: Sequence[Any], started: List[Popen]) -> None:
         if hidden is not None:
             hidden.__exit__(None, None, None)
         if not in_round:
-            _after_round()
+            _forking.after_fork_in_parent()
