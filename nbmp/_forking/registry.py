@@ -443,15 +443,11 @@ def forked_worker_started(launch: Launch) -> None:
     """:func:`child_started` in a worker nbmp forked in a round (``launch.forked`` made by
     :func:`stamp`): the calls ``before_fork`` prepared, and the import hooks it set, as
     inherited; reports its handlers' errors itself, never raises."""
-    global _base_seed, _started, _this_worker
     worker, calls = launch.forked, _child_calls
     if worker is None or calls is None or _plan[0] != len(sys.modules):
         start_child(launch, True)
         return
-    _this_worker = worker
-    if launch.base_seed is not None:  # its own children derive their seeds from its seed
-        _base_seed = worker.seed
-    _started = itertools.count()
+    _become(worker, launch)
     for handler, call in calls:
         try:
             call(worker)
@@ -471,18 +467,24 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
     the users' ``after_in_child``. ``launch`` was stamped at start; ``nprocs=0`` means the
     run's size is unknown: one thread. ``forked``: nbmp forked this child (its caller knows;
     else :func:`after_fork_in_child` said so)."""
-    global _forked_by_nbmp, _base_seed, _started, _this_worker
+    global _forked_by_nbmp
     if _forked_by_nbmp:
         forked, _forked_by_nbmp = True, False
     worker = launch.forked if forked and launch.forked is not None else _worker_of(launch, forked)
-    # This worker's own children derive their seeds from its seed, and count from 0.
-    _base_seed, _started = (None if launch.base_seed is None else worker.seed), itertools.count()
-    _this_worker = worker
+    _become(worker, launch)
     _, applying, hooks = _plan if worker.forked and _plan[0] == len(sys.modules) else _split()
     for handler in applying:
         _run(handler, "in_child", worker)
     _on_import.watch(hooks)  # a framework the worker imports later is reset the moment it appears
     return worker
+
+
+def _become(worker: Worker, launch: Launch) -> None:
+    """This process is ``worker``: its own children derive their seeds from its seed and count
+    from 0, and the import hooks waiting for a framework run for it."""
+    global _base_seed, _started, _this_worker
+    _base_seed, _started = (None if launch.base_seed is None else worker.seed), itertools.count()
+    _this_worker = worker
 
 
 def _worker_of(launch: Launch, forked: bool) -> Worker:
