@@ -10,8 +10,16 @@ trivial workers, from the call to all results:
   whose size does not grow with the parent's (the target and arguments are pickled instead);
 * torch's ``start_processes(start_method="fork")`` when torch is installed.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_scaling.py [--repeat N] [--sizes 0.1 1 4] [--plot PNG]``;
-prints a Markdown table of medians (rows take turns, run after run) and ratios to the floor.
+The parent's data (``--data``): ``arrays``, 1 MiB numpy arrays (4 KiB pages, the default);
+``array``, one numpy array (numpy puts it on 2 MiB transparent huge pages); ``tensor``, one
+torch tensor (torch's CPU allocator uses 4 KiB pages unless ``THP_MEM_ALLOC_ENABLE=1`` is set
+before its first allocation). ``--collapse`` asks the kernel to move the parent's anonymous
+memory onto huge pages before anything is timed (``madvise(MADV_COLLAPSE)``, Linux 6.1+) and
+reports what that took: what fork costs once the page tables are 512 times smaller.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_scaling.py [--repeat N] [--sizes 0.1 1 4] [--data arrays|array|tensor]
+[--collapse] [--plot PNG]``; prints a Markdown table of medians (rows take turns, run after run)
+and ratios to the floor.
 """
 
 from __future__ import annotations
@@ -33,7 +41,33 @@ def trivial(i: int) -> int:
     return i
 
 
-def _child(gib: float, repeat: int, huge: bool) -> None:
+_MADV_HUGEPAGE, _MADV_COLLAPSE = 14, 25  # <linux/mman.h>
+
+
+def collapse_to_huge_pages() -> Tuple[float, int]:
+    """Advise every private, writable, anonymous mapping of this process of 2 MiB or more onto
+    transparent huge pages and collapse what is resident there now. Returns (seconds, bytes)."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    huge = 1 << 21
+    start, advised = time.perf_counter(), 0
+    with open("/proc/self/maps") as maps:
+        lines = maps.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if not fields[1].startswith("rw") or fields[1][3] != "p" or (len(fields) > 5 and fields[5] != "[heap]"):
+            continue  # file-backed, shared, read-only, the stack: fork copies no page table for most of it
+        low, high = (low + huge - 1) & ~(huge - 1), high & ~(huge - 1)
+        if high - low >= huge:
+            libc.madvise(low, high - low, _MADV_HUGEPAGE)
+            libc.madvise(low, high - low, _MADV_COLLAPSE)  # fails (ignored) where a range cannot be collapsed
+            advised += high - low
+    return time.perf_counter() - start, advised
+
+
+def _child(gib: float, repeat: int, data: str, collapse: bool) -> None:
     """In a fresh interpreter: hold ``gib`` GiB, then time every row for every count."""
     import numpy as np
     from bench_spawn import raw_fork_floor
@@ -45,12 +79,17 @@ def _child(gib: float, repeat: int, huge: bool) -> None:
     # Touched, so resident, as a kernel's data is; in 1 MiB arrays, which numpy does not put on
     # transparent huge pages (it advises them from 4 MiB): fork copies a page-table entry per
     # 4 KiB page, as for a kernel holding many mid-sized objects. One big array on huge pages
-    # costs fork far less (--huge).
-    if huge:
+    # costs fork far less (--data array).
+    ballast: List[object]
+    if data == "array":
         ballast = [np.ones(int(gib * (1 << 30)) // 8)]
+    elif data == "tensor":
+        import torch
+        ballast = [torch.ones(int(gib * (1 << 30)) // 8, dtype=torch.float64)]
     else:
         ballast = [np.ones(1 << 17) for _ in range(int(gib * 1024))]
-    rss = _rss()
+    collapsed = collapse_to_huge_pages() if collapse else (0.0, 0)
+    rss, huge = _rss(), _anon_huge()
 
     def spawn(n: int) -> None:
         assert nbmp.spawn(trivial, nprocs=n) == list(range(n))
@@ -73,7 +112,7 @@ def _child(gib: float, repeat: int, huge: bool) -> None:
                 start = time.perf_counter()
                 fn(n)
                 times[name].append(time.perf_counter() - start)
-        print(json.dumps({"gib": gib, "rss": rss, "n": n, **{k: statistics.median(v) for k, v in times.items()}}),
+        print(json.dumps({"gib": gib, "rss": rss, "huge": huge, "collapse_s": collapsed[0], "n": n, **{k: statistics.median(v) for k, v in times.items()}}),
               flush=True)
     del ballast
 
@@ -83,28 +122,48 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _anon_huge() -> int:
+    """Bytes of this process's anonymous memory on transparent huge pages."""
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1.0, 4.0], help="parent sizes, GiB")
     parser.add_argument("--plot", default=None, help="save a chart here (matplotlib)")
-    parser.add_argument("--huge", action="store_true", help="the parent's data as one array (huge pages)")
+    parser.add_argument("--data", choices=("arrays", "array", "tensor"), default="arrays",
+                        help="the parent's data: 1 MiB numpy arrays, one numpy array, one torch tensor")
+    parser.add_argument("--huge", action="store_true", help="the same as --data array")
+    parser.add_argument("--collapse", action="store_true",
+                        help="move the parent's anonymous memory onto huge pages first (MADV_COLLAPSE)")
     parser.add_argument("--child", type=float, default=None, help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    data = "array" if opts.huge else opts.data
     if opts.child is not None:
-        _child(opts.child, opts.repeat, opts.huge)
+        _child(opts.child, opts.repeat, data, opts.collapse)
         return
     results = []
     for gib in opts.sizes:
-        out = subprocess.run([sys.executable, __file__, "--child", str(gib), "--repeat", str(opts.repeat)]
-                             + (["--huge"] if opts.huge else []),
+        out = subprocess.run([sys.executable, __file__, "--child", str(gib), "--repeat", str(opts.repeat),
+                              "--data", data] + (["--collapse"] if opts.collapse else []),
                              stdout=subprocess.PIPE, check=True, text=True).stdout
         results += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     has_torch = any("torch" in r for r in results)
+    described = {"arrays": "1 MiB numpy arrays", "array": "one numpy array", "tensor": "one torch tensor"}[data]
     print(f"Trivial workers, from the call to all results; parent with numpy (and torch) imported and the "
-          f"given resident size ({'one array, huge pages' if opts.huge else '1 MiB arrays, 4 KiB pages'}); "
+          f"given resident size ({described}{', collapsed onto huge pages first' if opts.collapse else ''}); "
           f"medians of {opts.repeat}; Python {platform.python_version()}, "
           f"{os.cpu_count()} CPUs, {platform.system()}\n")
+    for r in results:
+        if r["n"] == COUNTS[0]:
+            print(f"- {r['gib']:g} GiB: {r['huge'] / r['rss']:.0%} of the resident memory on huge pages"
+                  + (f"; collapsing took {r['collapse_s']:.2f} s" if opts.collapse else ""))
+    print()
     print("| parent RSS | workers | raw fork floor (ms) | nbmp.spawn (ms) | × floor | nbmp.spawn forkserver (ms) | × floor |"
           + (" torch start_processes fork (ms) | × floor | nbmp × torch |" if has_torch else ""))
     print("|---:|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if has_torch else ""))

@@ -75,6 +75,16 @@ def test_a_forked_workers_collections_leave_the_parents_objects_alone():
     assert held[-1] == [299_999]
 
 
+def test_a_fork_servers_workers_collections_leave_the_servers_objects_alone():
+    # The server preloaded nbmp and the frameworks imported here (numpy's objects alone are
+    # tens of thousands); its workers inherit them as a forked worker inherits its parent's.
+    (faults, frozen), = nbmp.spawn(collection_faults, nprocs=1, start_method="forkserver")
+    assert frozen > 10_000, f"only {frozen} objects frozen in the fork server's worker"
+    assert faults < 500, f"a collection in the worker faulted {faults} pages: it examined the server's objects"
+    (_, frozen), = nbmp.spawn(collection_faults, nprocs=1, start_method="spawn")
+    assert frozen == 0  # a fresh interpreter inherits nothing: its objects are collected as usual
+
+
 def test_a_workers_collection_runs_no_finalizer_of_the_parents_garbage(tmp_path):
     import gc
     marker = tmp_path / "finalized"

@@ -490,8 +490,11 @@ def _become(worker: Worker, launch: Launch) -> None:
 def _worker_of(launch: Launch, forked: bool) -> Worker:
     index = launch.index or 0
     seed = _derive_seed(launch.base_seed, index) if launch.seed is None else launch.seed
+    # Not forked by nbmp, yet a fork: its OS parent is not the process that started it, the fork
+    # server is (a spawned child is the starter's own; so is any child nbmp forked).
+    from_server = not forked and launch.parent != 0 and os.getppid() != launch.parent
     return Worker(index=index, nprocs=launch.nprocs, seed=seed, threads=thread_budget(launch),
-                  explicit_threads=launch.threads is not None, forked=forked)
+                  explicit_threads=launch.threads is not None, forked=forked, from_fork_server=from_server)
 
 
 def settle_worker(index: int, nprocs: int, settings: Dict[str, Any]) -> None:

@@ -38,6 +38,9 @@ class Worker:
     threads: int        # its thread budget for BLAS/OpenMP/torch pools
     explicit_threads: bool  # the budget came from set_worker_threads / NBMP_WORKER_THREADS
     forked: bool        # forked directly by nbmp (its parent ran the before handlers)
+    # forked by a fork server (start_method="forkserver"): it shares the server's pages, as a
+    # worker nbmp forked shares its parent's, but no before handler ran for it
+    from_fork_server: bool = False
 
 
 class ForkHandler:
