@@ -6,8 +6,10 @@ starts without the parent's modules: each worker imports what its target needs a
 fork (torch alone takes seconds on 2 cores), and does so again in the next run. The
 standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is never told the
 main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
-and those of :data:`FRAMEWORKS` that the parent has imported: the server imports them once,
-and every worker is forked with them loaded (measured: 4 workers whose target uses torch,
+and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's fork
+safety uses in every worker where they have loaded a BLAS): the server imports them once,
+freezes their objects out of its garbage collections (``fork_server_freeze``), and every
+worker is forked with them loaded (measured: 4 workers whose target uses torch,
 2.4-2.8 s a run before, 60-110 ms after; see docs/dropin.md). nbmp never imports a framework
 the parent has not.
 
@@ -18,6 +20,7 @@ server is the standard module's and is shared with plain ``multiprocessing``.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any, List, Optional, Tuple
 
@@ -46,4 +49,18 @@ def preload_frameworks() -> None:
     with ``nbmp`` and the :data:`FRAMEWORKS` imported here, unless a user set the list."""
     if _STANDARD_PRELOAD is None or _SERVER._forkserver_pid is not None or _SERVER._preload_modules is not _STANDARD_PRELOAD:
         return
-    _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *(name for name in FRAMEWORKS if name in sys.modules)]
+    frameworks = [name for name in FRAMEWORKS if name in sys.modules]
+    # With a BLAS or OpenMP pool loaded, every worker's fork safety caps it through threadpoolctl:
+    # imported once in the server, not in each worker (~3 ms a worker on the 2-core VM).
+    helpers = ["threadpoolctl"] if frameworks and _installed("threadpoolctl") else []
+    # Last: the server freezes what it preloaded before it forks anyone (fork_server_freeze).
+    _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *frameworks, *helpers, __package__ + ".fork_server_freeze"]
+
+
+def _installed(name: str) -> bool:
+    if name in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
