@@ -627,7 +627,7 @@ def test_the_fork_server_preloads_the_parents_frameworks(imports, setup, expecte
     assert json.loads(out.strip().splitlines()[-1]) == expected
 
 
-SERVER_FROZE = """
+SERVER_READIED = """
 import gc, json
 if __name__ != "__main__":  # a forkserver worker importing the main module, before nbmp's first step there
     FROZEN_AT_IMPORT = gc.get_freeze_count()
@@ -635,29 +635,32 @@ import numpy
 import nbmp
 {setup}
 
-def frozen_at_import(i):
+def readied_by_the_server(i):
     import __main__  # in the worker: this module, imported there
-    return __main__.FROZEN_AT_IMPORT
+    from nbmp._forking.handlers import thread_pools
+    return __main__.FROZEN_AT_IMPORT, thread_pools._server_frameworks is not None
 
 if __name__ == "__main__":
-    print(json.dumps(nbmp.spawn(frozen_at_import, nprocs=1, start_method="forkserver")))
+    print(json.dumps(nbmp.spawn(readied_by_the_server, nprocs=1, start_method="forkserver")))
 """
 
 
 @needs_forkserver
-@pytest.mark.parametrize("setup, frozen", [("", True), ("nbmp.set_forkserver_preload(['__main__'])", False)],
+@pytest.mark.parametrize("setup, ready", [("", True), ("nbmp.set_forkserver_preload(['__main__'])", False)],
                          ids=["nbmps-preload", "user-preload"])
-def test_the_fork_server_freezes_what_it_preloaded_before_it_forks(tmp_path, setup, frozen):
+def test_the_fork_server_readies_itself_for_its_workers_before_it_forks(tmp_path, setup, ready):
     # Frozen in the server: a worker's collection never examines (so never copies) the server's
-    # objects, even one that comes before nbmp's first step in the worker (this module's import).
+    # objects, even one that comes before nbmp's first step in the worker (this module's import);
+    # and the BLAS/OpenMP pools were found there, once, not in each worker.
     import subprocess
     script = tmp_path / "server_froze.py"  # a file: a forkserver worker imports it as its main module
-    script.write_text(SERVER_FROZE.format(setup=setup))
+    script.write_text(SERVER_READIED.format(setup=setup))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT * 2,
                           env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert proc.returncode == 0, proc.stderr
-    count, = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert (count > 10_000) == frozen, count
+    (count, scanned), = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (count > 10_000) == ready, count
+    assert scanned == ready
 
 
 # -- torch's parallel start of forkserver workers (TORCH_MP_PARALLEL_START) ---------

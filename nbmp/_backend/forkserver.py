@@ -8,8 +8,8 @@ standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is neve
 main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
 and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's fork
 safety uses in every worker where they have loaded a BLAS): the server imports them once,
-freezes their objects out of its garbage collections (``fork_server_freeze``), and every
-worker is forked with them loaded (measured: 4 workers whose target uses torch,
+readies itself for its workers (``fork_server_ready``: their objects frozen out of its
+garbage collections, their thread pools found), and every worker is forked with them loaded (measured: 4 workers whose target uses torch,
 2.4-2.8 s a run before, 60-110 ms after; see docs/dropin.md). nbmp never imports a framework
 the parent has not.
 
@@ -53,8 +53,8 @@ def preload_frameworks() -> None:
     # With a BLAS or OpenMP pool loaded, every worker's fork safety caps it through threadpoolctl:
     # imported once in the server, not in each worker (~3 ms a worker on the 2-core VM).
     helpers = ["threadpoolctl"] if frameworks and _installed("threadpoolctl") else []
-    # Last: the server freezes what it preloaded before it forks anyone (fork_server_freeze).
-    _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *frameworks, *helpers, __package__ + ".fork_server_freeze"]
+    # Last: the server readies itself for its workers before it forks anyone (fork_server_ready).
+    _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *frameworks, *helpers, __package__ + ".fork_server_ready"]
 
 
 def _installed(name: str) -> bool:

@@ -403,6 +403,14 @@ def before_fork(launch: Optional[Launch] = None) -> None:
     _prepare_forked_workers()
 
 
+def prepare_fork_server() -> None:
+    """In a fork server, once its preloads are imported and before it forks: each applying
+    handler's ``in_fork_server`` (in reverse order, as ``before``: the collector's freeze last,
+    after what the others made). Called by ``nbmp._backend.fork_server_ready``; never raises."""
+    for handler in reversed(_split()[1]):
+        _run(handler, "in_fork_server")
+
+
 def after_fork_in_parent() -> None:
     global _child_calls
     for handler in _parent_calls:

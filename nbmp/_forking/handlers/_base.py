@@ -63,6 +63,11 @@ class ForkHandler:
     def in_child(self, worker: Worker) -> None:
         pass
 
+    def in_fork_server(self) -> None:
+        """In a fork server, once, after its preloads and before its first fork: what every
+        worker it forks would otherwise make again (they inherit it, ``worker.from_fork_server``)."""
+        pass
+
     def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
         """In the parent, after ``before``: what a worker forked now must run, ``in_child``
         by default; None where the fork leaves it nothing to do (the parent did it for the

@@ -37,3 +37,9 @@ class GarbageCollector(ForkHandler):
     def in_child(self, worker: Worker) -> None:
         if (worker.forked or worker.from_fork_server) and _FREEZE_IS_O1:
             gc.freeze()
+
+    def in_fork_server(self) -> None:
+        # The preloaded modules' objects, before any fork: a worker's collection that comes
+        # before its first step (while it imports the main module) skips them too.
+        if _FREEZE_IS_O1:
+            gc.freeze()
