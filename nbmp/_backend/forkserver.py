@@ -6,12 +6,12 @@ starts without the parent's modules: each worker imports what its target needs a
 fork (torch alone takes seconds on 2 cores), and does so again in the next run. The
 standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is never told the
 main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
-and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's fork
-safety uses in every worker where they have loaded a BLAS): the server imports them once,
-readies itself for its workers (``fork_server_ready``: their objects frozen out of its
-garbage collections, their thread pools found), and every worker is forked with them loaded (measured: 4 workers whose target uses torch,
-2.4-2.8 s a run before, 60-110 ms after; see docs/dropin.md). nbmp never imports a framework
-the parent has not.
+and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's
+fork safety uses in every worker where they have loaded a BLAS): the server imports them
+once, readies itself for its workers (``fork_server_ready``: their objects frozen out of its
+garbage collections, their thread pools found), and every worker is forked with them loaded
+(measured: 4 workers whose target uses torch, 2.4-2.8 s a run before, 60-110 ms after; see
+docs/dropin.md). nbmp never imports a framework the parent has not.
 
 A preload list the user set (``set_forkserver_preload``, nbmp's or the standard
 module's: it is one server) is left as it is, and so is a server already running. The

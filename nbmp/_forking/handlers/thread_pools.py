@@ -22,7 +22,7 @@ _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 _gomp_seen = False
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
-_controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork
+_controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork (or the fork server's)
 _controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
 # Made by a fork server (NativePools.in_fork_server): which of NativePools.modules it had imported
 # then. Its workers use its view while they have the same (unpickling the process object imports
