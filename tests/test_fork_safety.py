@@ -315,6 +315,23 @@ def test_a_forked_worker_is_left_no_idle_blas_threads():
         assert total == pytest.approx(float((a @ a).sum()))
 
 
+def report_threads_beyond_pythons(q, k):
+    import threading
+    with open("/proc/self/status") as status:
+        threads = next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+    q.put((k, threads - threading.active_count()))  # native threads no Python thread stands for
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status") or "forkserver" not in nbmp.get_all_start_methods(),
+                    reason="counts threads in /proc; needs forkserver")
+def test_a_fork_servers_worker_is_left_no_idle_blas_threads():
+    # The fork server's OpenBLAS stops its pool before each fork too: its workers cap it with
+    # the pool stopper the server found (NativePools.in_fork_server), as forked workers do.
+    stoppable_openblas()
+    nbmp.set_worker_threads(1)
+    assert run_workers(nbmp.get_context("forkserver"), report_threads_beyond_pythons, 2) == [0, 0]
+
+
 def test_set_worker_threads_rejects_bad_values():
     # The rule for every argument check: a wrong type is a TypeError, a wrong value a ValueError.
     for bad, error in ((0, ValueError), (-1, ValueError), (1.5, TypeError), ("2", TypeError), (True, TypeError)):
