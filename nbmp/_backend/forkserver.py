@@ -52,15 +52,7 @@ def preload_frameworks() -> None:
     frameworks = [name for name in FRAMEWORKS if name in sys.modules]
     # With a BLAS or OpenMP pool loaded, every worker's fork safety caps it through threadpoolctl:
     # imported once in the server, not in each worker (~3 ms a worker on the 2-core VM).
-    helpers = ["threadpoolctl"] if frameworks and _installed("threadpoolctl") else []
+    helpers = ["threadpoolctl"] if frameworks and ("threadpoolctl" in sys.modules
+                                                    or importlib.util.find_spec("threadpoolctl") is not None) else []
     # Last: the server readies itself for its workers before it forks anyone (fork_server_ready).
     _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *frameworks, *helpers, __package__ + ".fork_server_ready"]
-
-
-def _installed(name: str) -> bool:
-    if name in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False

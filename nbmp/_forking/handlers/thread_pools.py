@@ -135,14 +135,13 @@ class NativePools(ForkHandler):
         return None
 
     def before(self) -> None:
-        global _gomp_at_fork, _controller, _controller_key
+        global _gomp_at_fork
         _lowered.clear()  # in a forked worker, its parent's record of the pools it lowered
         _gomp_at_fork = gnu_openmp_loaded()
         # Scanning the loaded libraries costs milliseconds: done here, and again only after
         # imports, so a loop of forks scans once; a forked child inherits the result.
         if _controller_key != len(sys.modules):
-            _controller, _controller_key = _threadpool_controller(), len(sys.modules)
-            _find_pool_stoppers(_controller)
+            _scan_pools()
         budget = self.coming_threads()
         self._lower(budget, 1 if _gomp_at_fork else budget)
 
@@ -212,9 +211,8 @@ class NativePools(ForkHandler):
 
     def in_fork_server(self) -> None:
         """Find the pools once in the server, not in each worker it forks (~2.7 ms a worker)."""
-        global _controller, _controller_key, _server_frameworks
-        _controller, _controller_key = _threadpool_controller(), len(sys.modules)
-        _find_pool_stoppers(_controller)
+        global _server_frameworks
+        _scan_pools()
         _server_frameworks = self._frameworks()
 
     def _frameworks(self) -> Tuple[bool, ...]:
@@ -223,6 +221,13 @@ class NativePools(ForkHandler):
     def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
         # Every pool lowered to the round's limits in the parent (its children share the budget, ``before_fork``).
         return None if _inherited is not None else self.in_child
+
+
+def _scan_pools() -> None:
+    """This process's pools as threadpoolctl sees them now, with each OpenBLAS's stopper and count."""
+    global _controller, _controller_key
+    _controller, _controller_key = _threadpool_controller(), len(sys.modules)
+    _find_pool_stoppers(_controller)
 
 
 def _find_pool_stoppers(controller: Any) -> None:
