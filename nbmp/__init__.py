@@ -15,19 +15,16 @@ Example::
 """
 
 import multiprocessing as _multiprocessing
+import sys as _sys
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
+from ._backend import register_factory as _register_factory, register_plugin as _register_plugin
 from ._backend.posix import get_thread_name as _get_thread_name, set_thread_name as _set_thread_name  # noqa: F401  (torch.multiprocessing's)
-from . import managers as _managers  # noqa: F401  (registers SyncManager: what nbmp.Manager() starts)
-from ._base import NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException
+from ._base import (NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException,
+                    RemoteTaskError)
 from ._base.checks import get_max_workers, set_max_workers
 from ._base.util import falls_back_to as _falls_back_to, fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads
-from .widgets import Dashboard, set_dashboard
-from ._spawn import ENV_VAR_PARALLEL_START, ProcessContext, SpawnContext, spawn, start_processes
-from ._pool import ForkShared, ProcessPoolExecutor, RemoteTaskError, SerialExecutor, WorkerLostError, parallel_map
-from ._cluster import get_cluster, install as _install_cluster, set_cluster
-from ._notebook.extension import load_ipython_extension, unload_ipython_extension  # noqa: F401  (IPython's hooks)
 from ._sharing import (SharedMemoryFullError, ShmUsage, empty, get_all_sharing_strategies, get_sharing_pool,
                        get_sharing_strategy, get_sharing_threshold, is_shared, set_sharing_pool, set_sharing_strategy,
                        set_sharing_threshold, share, shm_usage, zeros)
@@ -54,11 +51,70 @@ __all__ = [
     "set_cluster", "get_cluster",
 ]
 
-_install_cluster()  # cluster= in spawn, Pool and parallel_map (Dask is imported only when one is used)
+# Loaded on first use (PEP 562): the layers a notebook calls -- spawn, the Pool, the dashboard,
+# the cluster backend, the magics, the managers. Above is what every nbmp process needs (its
+# contexts, pickler, fork safety and sharing), so a worker started by spawn or forkserver, which
+# imports nbmp to unpickle its task, loads only the layer that task comes from.
+_LAYERS = {"Dashboard": "widgets", "set_dashboard": "widgets",
+           "spawn": "_spawn", "start_processes": "_spawn", "ProcessContext": "_spawn", "SpawnContext": "_spawn",
+           "ENV_VAR_PARALLEL_START": "_spawn",
+           "WorkerLostError": "_pool", "parallel_map": "_pool", "SerialExecutor": "_pool", "ForkShared": "_pool",
+           "ProcessPoolExecutor": "_pool",
+           "set_cluster": "_cluster", "get_cluster": "_cluster",
+           "load_ipython_extension": "_notebook.extension", "unload_ipython_extension": "_notebook.extension"}
 
-# Tracebacks and reprs say nbmp.WorkerLostError, not nbmp._pool.errors.WorkerLostError.
-_fixup_module_metadata(__name__, globals(), __all__)
 
+def _load_layers() -> None:
+    """Import every layer of ``_LAYERS`` (and ``managers``) and bind their names here."""
+    import importlib
+    for layer in ("widgets", "_spawn", "_pool", "managers", "_cluster", "_notebook.extension"):
+        importlib.import_module(f"{__name__}.{layer}")
+    for name, layer in _LAYERS.items():
+        globals()[name] = getattr(_sys.modules[f"{__name__}.{layer}"], name)
+    _fixup_module_metadata(__name__, globals(), [name for name in _LAYERS if name in __all__])
+
+
+def _build_pool(*args: object, **kwargs: object) -> object:
+    # What contexts build for Pool() until nbmp._pool is imported (which registers its own).
+    _load_layers()
+    return _sys.modules[f"{__name__}._pool"].Pool(*args, **kwargs)
+
+
+def _build_sync_manager(*args: object, **kwargs: object) -> object:
+    _load_layers()
+    return _sys.modules[f"{__name__}.managers"].SyncManager(*args, **kwargs)
+
+
+class _ClusterOnFirstUse:
+    """nbmp._cluster's backend until a call names a cluster: then the package is imported (it
+    registers the backend itself) and the call goes to it. No default cluster can be set before
+    that (``nbmp.set_cluster`` imports it), so a call that names none runs here."""
+
+    @staticmethod
+    def wanted(cluster: object) -> bool:
+        return cluster is not None and bool(_cluster_backend().wanted(cluster))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(_cluster_backend(), name)
+
+
+def _cluster_backend() -> "_ClusterOnFirstUse":
+    _load_layers()
+    from ._backend import plugin
+    return plugin("cluster")  # type: ignore[no-any-return]  # nbmp._cluster's ClusterBackend, registered on its import
+
+
+# Tracebacks and reprs say nbmp.ProcessExitedException, not nbmp._base.exceptions.ProcessExitedException
+# (the lazy layers' names: once loaded).
+_fixup_module_metadata(__name__, globals(), [name for name in __all__ if name not in _LAYERS])
+
+# The stand-ins, where the layer has not registered its own (it has once imported).
+if f"{__name__}._pool" not in _sys.modules:
+    _register_factory("Pool", _build_pool)
+if f"{__name__}.managers" not in _sys.modules:
+    _register_factory("SyncManager", _build_sync_manager)
+if f"{__name__}._cluster" not in _sys.modules:
+    _register_plugin("cluster", _ClusterOnFirstUse())
 
 # The standard package's submodules, mirrored (bound to nbmp's contexts where the standard
 # ones bind their own): imported on first use, so ``import nbmp`` stays cheap.
@@ -78,6 +134,9 @@ _standard_name = _falls_back_to(globals(), "multiprocessing")
 
 
 def __getattr__(name: str) -> object:
+    if name in _LAYERS:
+        _load_layers()
+        return globals()[name]
     if name in _MIRRORS:
         import importlib
         return importlib.import_module(f"{__name__}.{name}")
@@ -85,3 +144,7 @@ def __getattr__(name: str) -> object:
         from ._sharing._torch import torch_multiprocessing_name
         return torch_multiprocessing_name(name)
     return _standard_name(name)
+
+
+def __dir__() -> "list[str]":
+    return sorted({*globals(), *_LAYERS})

@@ -663,6 +663,34 @@ def test_the_fork_server_readies_itself_for_its_workers_before_it_forks(tmp_path
     assert scanned == ready
 
 
+SERVER_LAYERS = """
+import json, sys
+if __name__ != "__main__":  # a forkserver worker importing the main module, before it unpickles its task
+    LOADED_AT_IMPORT = sorted(m for m in ("nbmp._spawn", "nbmp._pool", "nbmp.widgets") if m in sys.modules)
+import nbmp
+
+def loaded_at_import(i):
+    import __main__
+    return __main__.LOADED_AT_IMPORT
+
+if __name__ == "__main__":
+    print(json.dumps(nbmp.spawn(loaded_at_import, nprocs=1, start_method="forkserver")))
+"""
+
+
+@needs_forkserver
+def test_the_fork_server_preloads_the_layers_the_parent_uses(tmp_path):
+    # ``import nbmp`` loads spawn's and the Pool's layers on first use: the server loads them once
+    # for its workers, as the parent had them, not the dashboard the parent's run made.
+    import subprocess
+    script = tmp_path / "server_layers.py"
+    script.write_text(SERVER_LAYERS)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT * 2,
+                          env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == [["nbmp._pool", "nbmp._spawn"]]
+
+
 # -- torch's parallel start of forkserver workers (TORCH_MP_PARALLEL_START) ---------
 
 SLOW_MAIN = """

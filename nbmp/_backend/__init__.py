@@ -10,9 +10,9 @@ workers' tracebacks), ``posix`` (parent-death signals, SIGINT, C stdio) and
 """
 
 from . import cells, pickling, posix, process
-from .context import default_context, register_factory
+from .context import default_context, plugin, register_factory, register_plugin
 from .fork_report import ForkReport, doctor
 from .pickling import PicklingError
 
-__all__ = ["cells", "pickling", "posix", "process", "default_context", "register_factory",
+__all__ = ["cells", "pickling", "posix", "process", "default_context", "register_factory", "register_plugin", "plugin",
            "ForkReport", "doctor", "PicklingError"]

@@ -22,17 +22,30 @@ from .. import _base
 from . import process as _process
 
 __all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
-           "default_context", "register_factory"]
+           "default_context", "register_factory", "register_plugin", "plugin"]
 
-# ``Pool`` and ``Manager`` are built in the layers above this one (nbmp._pool, nbmp.managers);
-# each registers its class here when imported (``import nbmp`` imports both), so that a
+# ``Pool`` and ``Manager`` are built in the layers above this one (nbmp._pool, nbmp.managers),
+# and ``cluster=`` is served by the one above those (nbmp._cluster): each registers here when
+# imported, and ``import nbmp`` registers stand-ins that import it on first use, so that a
 # context hands them out without this layer importing upward.
 _factories: Dict[str, Callable[..., Any]] = {}
+_plugins: Dict[str, Any] = {}
 
 
 def register_factory(name: str, factory: Callable[..., Any]) -> None:
     """Make ``factory`` what contexts build for ``name`` (``"Pool"`` or ``"SyncManager"``)."""
     _factories[name] = factory
+
+
+def register_plugin(name: str, plugin: Any) -> None:
+    """Make ``plugin`` what :func:`plugin` returns for ``name`` (``"cluster"``: the backend
+    ``spawn``, ``Pool`` and ``parallel_map`` hand a call given ``cluster=`` to)."""
+    _plugins[name] = plugin
+
+
+def plugin(name: str) -> Any:
+    """The plugin registered for ``name``; None if none is."""
+    return _plugins.get(name)
 
 
 class BaseContext(context.BaseContext):

@@ -6,7 +6,7 @@ starts without the parent's modules: each worker imports what its target needs a
 fork (torch alone takes seconds on 2 cores), and does so again in the next run. The
 standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is never told the
 main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
-and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's
+(with the layers of it loaded here whose workers the server forks: ``_spawn``, ``_pool``) and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's
 fork safety uses in every worker where they have loaded a BLAS): the server imports them
 once, readies itself for its workers (``fork_server_ready``: their objects frozen out of its
 garbage collections, their thread pools found), and every worker is forked with them loaded
@@ -54,5 +54,10 @@ def preload_frameworks() -> None:
     # imported once in the server, not in each worker (~3 ms a worker on the 2-core VM).
     helpers = ["threadpoolctl"] if frameworks and ("threadpoolctl" in sys.modules
                                                     or importlib.util.find_spec("threadpoolctl") is not None) else []
+    # nbmp's layers whose workers the server forks (``import nbmp`` loads them on first use):
+    # those loaded here, as the frameworks.
+    top = __package__.rpartition(".")[0]
+    layers = [name for name in (top + "._spawn", top + "._pool") if name in sys.modules]
     # Last: the server readies itself for its workers before it forks anyone (fork_server_ready).
-    _SERVER._preload_modules = [*_STANDARD_PRELOAD, "nbmp", *frameworks, *helpers, __package__ + ".fork_server_ready"]
+    _SERVER._preload_modules = [*_STANDARD_PRELOAD, top, *layers, *frameworks, *helpers,
+                                __package__ + ".fork_server_ready"]

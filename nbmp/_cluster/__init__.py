@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._backend import register_plugin
 from .connect import client_for, close_owned_clients, get_cluster, set_cluster, wanted, worker_hosts
 from .spawn import ClusterContext, spawn_on_cluster
 
@@ -57,7 +58,9 @@ class ClusterBackend:
 
 
 def install() -> None:
-    """Make ``cluster=`` work in ``nbmp.spawn``, ``nbmp.Pool`` and ``nbmp.parallel_map``."""
-    from .._pool import pool as _pool
-    from .._spawn import run as _run
-    _run.cluster_backend = _pool.cluster_backend = ClusterBackend()
+    """Make ``cluster=`` work in ``nbmp.spawn``, ``nbmp.Pool`` and ``nbmp.parallel_map`` (done on
+    import: ``import nbmp`` registers a stand-in that imports this package when a cluster is named)."""
+    register_plugin("cluster", ClusterBackend())
+
+
+install()

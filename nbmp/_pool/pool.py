@@ -31,7 +31,7 @@ from multiprocessing import pool as _stdpool
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
 
 from . import progress as _progress
-from .._backend import daemons as _daemons, default_context, posix as _posix, register_factory
+from .._backend import daemons as _daemons, default_context, plugin as _plugin, posix as _posix, register_factory
 from .._backend.main_module import Initializer
 from .._backend.popen_fork import fork_round
 from .._backend.process import ForkProcess, start_workers
@@ -51,9 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["Pool", "parallel_map"]
 
 _T = TypeVar("_T")
-
-cluster_backend: Any = None
-"""Registered by nbmp._cluster (a layer above): runs a Pool or map given ``cluster=`` or a default cluster."""
 
 _mapstar, _starmapstar = _stdpool.mapstar, _stdpool.starmapstar  # type: ignore[attr-defined]  # typeshed omits these runtime names
 
@@ -87,6 +84,7 @@ class Pool(_stdpool.Pool):
     _pool: List[Any]  # the worker processes
 
     def __new__(cls, *args: Any, cluster: Any = None, **kwargs: Any) -> Any:
+        cluster_backend = _plugin("cluster")  # nbmp._cluster's (a layer above): registered by ``import nbmp``
         if cluster_backend is not None and cluster_backend.wanted(cluster):  # the Pool API on Dask
             return cluster_backend.pool(*args, cluster=cluster, **kwargs)
         return super().__new__(cls)
@@ -503,7 +501,8 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
         >>> nbmp.parallel_map(lambda x: x * x, range(5), workers=2)
         [0, 1, 4, 9, 16]
     """
-    if cluster_backend is not None and cluster_backend.wanted(cluster):  # ``cluster``: see nbmp.spawn
+    cluster_backend = _plugin("cluster")  # ``cluster``: see nbmp.spawn
+    if cluster_backend is not None and cluster_backend.wanted(cluster):
         return cluster_backend.parallel_map(fn, iterable, workers, progress, chunksize, start_method, cluster=cluster)  # type: ignore[no-any-return]
     _check_func(fn)
     if workers is not None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .._backend import pickling as _pickling, posix as _posix
+from .._backend import pickling as _pickling, plugin as _plugin, posix as _posix
 from .._backend.main_module import MainObjects
 from .._backend.popen_fork import FORKS_WORKERS, fork_round
 from .._backend.process import start_workers
@@ -35,7 +35,6 @@ from .output import StreamPrinter, prepare_writers
 from .args import check_arguments, check_grace_period
 from .supervisor import Supervisor, Worker
 from .worker import Job, run
-from ..widgets import make_dashboard
 
 __all__ = ["spawn", "start_processes", "ProcessContext", "SpawnContext", "ENV_VAR_PARALLEL_START"]
 
@@ -55,9 +54,6 @@ Example::
 DEFAULT_GRACE_PERIOD = 3.0
 # On KeyboardInterrupt workers get at most this long between SIGTERM and SIGKILL.
 INTERRUPT_GRACE_PERIOD = 1.0
-
-cluster_backend: Any = None
-"""Registered by nbmp._cluster (a layer above): runs a call given ``cluster=`` or a default cluster."""
 
 
 class ProcessContext:
@@ -215,11 +211,13 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         [10, 11, 12]
     """
     __tracebackhide__ = True  # noqa: F841  # see ProcessContext.join
+    cluster_backend = _plugin("cluster")  # nbmp._cluster's (a layer above): registered by ``import nbmp``
     if cluster_backend is not None and cluster_backend.wanted(cluster):
         return cluster_backend.spawn(fn, args, nprocs, join, daemon, start_method, cluster=cluster, output=output,
                                      grace_period=grace_period, dashboard=dashboard, sinks=sinks)
     ctx, args, nprocs = check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
     stop = _StopButton(grace_period)
+    from ..widgets import make_dashboard  # imported on first use: a worker that never starts a run skips it
     board = make_dashboard(dashboard, stop=stop)  # validates ``dashboard`` before anything starts
     run_id = new_run_id()
     events = _broadcast(output, [*sinks, board])
