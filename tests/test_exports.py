@@ -120,43 +120,47 @@ _LAYERS = ("nbmp.widgets", "nbmp._spawn", "nbmp._pool", "nbmp._cluster", "nbmp._
 def _fresh(code):
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    import textwrap
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    return done.stdout
+    return done.stdout.splitlines()
 
 
 def test_import_nbmp_leaves_the_notebook_layers_for_their_first_use():
-    out = _fresh(f"import sys, nbmp\n"
-                 f"print(sorted(m for m in {_LAYERS!r} if m in sys.modules))\n"
-                 f"f = nbmp.spawn\n"
-                 f"print(sorted(m for m in {_LAYERS!r} if m not in sys.modules), f.__module__, f is nbmp._spawn.spawn)")
-    assert out.splitlines() == ["[]", "[] nbmp True"]
+    assert _fresh(f"""
+        import sys, nbmp
+        print(sorted(m for m in {_LAYERS!r} if m in sys.modules))
+        f = nbmp.spawn
+        print(sorted(m for m in {_LAYERS!r} if m not in sys.modules), f.__module__, f is nbmp._spawn.spawn)
+        """) == ["[]", "[] nbmp True"]
 
 
 def test_a_context_hands_out_pools_and_managers_before_their_layers_are_loaded():
-    out = _fresh("import sys, nbmp\n"
-                 "ctx = nbmp.get_context('fork')\n"
-                 "with ctx.Pool(1) as pool:\n"
-                 "    print(pool.map(abs, [-1, -2]), type(pool) is sys.modules['nbmp._pool'].Pool)\n"
-                 "with ctx.Manager() as manager:\n"
-                 "    print(type(manager) is sys.modules['nbmp.managers'].SyncManager, manager.list([3])[0])\n")
-    assert out.splitlines() == ["[1, 2] True", "True 3"]
+    assert _fresh("""
+        import sys, nbmp
+        ctx = nbmp.get_context("fork")
+        with ctx.Pool(1) as pool:
+            print(pool.map(abs, [-1, -2]), type(pool) is sys.modules["nbmp._pool"].Pool)
+        with ctx.Manager() as manager:
+            print(type(manager) is sys.modules["nbmp.managers"].SyncManager, manager.list([3])[0])
+        """) == ["[1, 2] True", "True 3"]
 
 
 def test_a_named_cluster_reaches_the_cluster_layer_when_spawn_or_pool_was_loaded_without_it():
     # As in a Pool's worker under spawn: nbmp._pool imported directly, to unpickle a task.
-    out = _fresh("import sys, nbmp._pool.pool, nbmp._spawn.run\n"
-                 "import nbmp\n"
-                 "assert 'nbmp._cluster' not in sys.modules\n"
-                 "for call in (lambda: nbmp.get_context('fork').Pool(1, cluster=123),\n"
-                 "             lambda: nbmp._pool.parallel_map(abs, [1], cluster=123),\n"
-                 "             lambda: nbmp._spawn.spawn(abs, nprocs=1, cluster=123)):\n"
-                 "    try:\n"
-                 "        call()\n"
-                 "    except TypeError as e:\n"
-                 "        print(str(e).split(';')[0])\n")
-    assert out.splitlines() == ["cluster: cluster must be a distributed.Client or a scheduler address such as "
-                                "'tcp://scheduler:8786', not int 123"] * 3
+    assert _fresh("""
+        import sys, nbmp._pool.pool, nbmp._spawn.run
+        import nbmp
+        assert "nbmp._cluster" not in sys.modules
+        for call in (lambda: nbmp.get_context("fork").Pool(1, cluster=123),
+                     lambda: nbmp._pool.parallel_map(abs, [1], cluster=123),
+                     lambda: nbmp._spawn.spawn(abs, nprocs=1, cluster=123)):
+            try:
+                call()
+            except TypeError as e:
+                print(str(e).split(";")[0])
+        """) == ["cluster: cluster must be a distributed.Client or a scheduler address such as "
+                 "'tcp://scheduler:8786', not int 123"] * 3
 
 
 def test_a_spawned_worker_imports_only_the_layer_its_task_comes_from():
