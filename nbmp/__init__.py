@@ -16,6 +16,7 @@ Example::
 
 import multiprocessing as _multiprocessing
 import sys as _sys
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from ._backend import register_factory as _register_factory, register_plugin as _register_plugin
@@ -55,6 +56,12 @@ __all__ = [
 # the cluster backend, the magics, the managers. Above is what every nbmp process needs (its
 # contexts, pickler, fork safety and sharing), so a worker started by spawn or forkserver, which
 # imports nbmp to unpickle its task, loads only the layer that task comes from.
+if _TYPE_CHECKING:  # what type checkers and the API reference see; at run time, loaded on first use
+    from ._cluster import get_cluster, set_cluster
+    from ._notebook.extension import load_ipython_extension, unload_ipython_extension
+    from ._pool import ForkShared, ProcessPoolExecutor, SerialExecutor, WorkerLostError, parallel_map
+    from ._spawn import ENV_VAR_PARALLEL_START, ProcessContext, SpawnContext, spawn, start_processes
+    from .widgets import Dashboard, set_dashboard
 _LAYERS = {"Dashboard": "widgets", "set_dashboard": "widgets",
            "spawn": "_spawn", "start_processes": "_spawn", "ProcessContext": "_spawn", "SpawnContext": "_spawn",
            "ENV_VAR_PARALLEL_START": "_spawn",
