@@ -98,6 +98,8 @@ SWAPPED = """
             pool = manager.Pool(1)
             print(pool.map(abs, [-3]))
             pool.terminate()
+        # nbmp's spawn layer, first loaded now, with nbmp in the package's place
+        print(multiprocessing.spawn(lambda i: -i, nprocs=2, start_method={method!r}))
 """
 
 
@@ -111,7 +113,7 @@ def test_a_program_that_puts_nbmp_in_multiprocessings_place_sends_standard_objec
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT * 4)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.split("\n")[:2] == [f"(42, {method!r})", "[3]"]
+    assert out.split("\n")[:3] == [f"(42, {method!r})", "[3]", "[0, -1]"]
 
 
 def test_mirrors_are_reachable_after_import_nbmp_alone():
