@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import multiprocessing
+import multiprocessing.sharedctypes
 import subprocess
 import sys
 import textwrap

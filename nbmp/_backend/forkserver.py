@@ -6,7 +6,8 @@ starts without the parent's modules: each worker imports what its target needs a
 fork (torch alone takes seconds on 2 cores), and does so again in the next run. The
 standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is never told the
 main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
-(with the layers of it loaded here whose workers the server forks: ``_spawn``, ``_pool``) and those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's
+(with the layers of it loaded here whose workers the server forks: ``_spawn``, ``_pool``) and
+those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's
 fork safety uses in every worker where they have loaded a BLAS): the server imports them
 once, readies itself for its workers (``fork_server_ready``: their objects frozen out of its
 garbage collections, their thread pools found), and every worker is forked with them loaded

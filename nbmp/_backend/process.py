@@ -27,6 +27,8 @@ from .._base import checks as _checks
 from . import cells as _cells, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
 from . import worker_bootstrap
 from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
+if sys.platform != "win32":  # at import: the standard launch's modules bound before a program can put nbmp in their place
+    from . import popen_spawn as _popen_spawn
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "start_workers"]
 
@@ -160,9 +162,8 @@ class SpawnProcess(_NbmpProcess):
     def _Popen(process_obj: process.BaseProcess) -> Any:
         if sys.platform == "win32":
             from multiprocessing.popen_spawn_win32 import Popen
-        else:
-            from .popen_spawn import Popen  # the standard one, reaped with wait4
-        return Popen(process_obj)
+            return Popen(process_obj)
+        return _popen_spawn.Popen(process_obj)  # the standard one, reaped with wait4, launched as the parent may die
 
     @staticmethod
     def _after_fork() -> None:
