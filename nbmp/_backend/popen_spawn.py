@@ -1,18 +1,16 @@
 """Starting a child as a fresh interpreter: the standard ``popen_spawn_posix.Popen``, reaped
 with ``wait4`` so the record of the worker's end has its peak memory (``PeakMemory``), and
-launched so that a parent killed while it starts the child leaves no traceback behind.
+started by an entry that ends quietly when its parent was killed while it started it.
 
 The standard launch starts the child, then writes it its payload (the preparation data and
-the pickled process object) through a pipe; a payload larger than the pipe holds is written
-while the child reads it, after the child's interpreter has started (tens of ms). A parent
-killed in that window leaves the child a payload cut short, and the child's
-``spawn_main`` dies on it with an ``EOFError`` traceback on the inherited stderr (in a
-notebook, the terminal of the Jupyter server). Here the payload goes into the pipe *before*
-the child starts where it fits (the pipe widened up to ``posix.PIPE_CAPACITY``, 1 MiB), and
-the child's entry, wrapped around the standard ``spawn_main``, exits quietly when its
-payload ended early because its parent has died. A parent still alive gets the standard
-traceback (a payload cut short by a live parent is a bug worth seeing).
-"""
+the pickled process object) through a pipe; a payload larger than the pipe holds (64 KiB) is
+written while the child reads it, after the child's interpreter has started (tens of ms). A
+parent killed in that window, or before it wrote anything, leaves the child a payload cut
+short, and the standard ``spawn_main`` dies on it with an ``EOFError`` traceback on the
+inherited stderr (in a notebook, the terminal of the Jupyter server). nbmp's launch is the
+standard one with another ``-c`` entry: the standard ``spawn_main``, and a quiet exit when the
+payload ended early because the parent has died. A parent still alive gets the standard
+traceback (a payload cut short by a live parent is a bug worth seeing)."""
 
 from __future__ import annotations
 
@@ -23,7 +21,6 @@ import sys
 from multiprocessing import popen_spawn_posix
 from typing import Any, List
 
-from . import posix as _posix
 from .popen_fork import PeakMemory
 
 __all__ = ["Popen", "command_line"]
@@ -83,24 +80,18 @@ class Popen(PeakMemory, popen_spawn_posix.Popen):
             reduction.dump(process_obj, payload)
         finally:
             set_spawning_popen(None)
-        data = payload.getbuffer()
         parent_r = child_w = child_r = parent_w = None
         try:
             parent_r, child_w = os.pipe()  # the sentinel: readable once the child has ended
-            child_r, parent_w = os.pipe()  # the payload
-            # Asked for no less than a pipe's default (64 KiB), so a small payload changes nothing.
-            capacity = _posix.widen_pipe(parent_w, min(max(len(data), 1 << 16), _posix.PIPE_CAPACITY))
-            if len(data) <= capacity:
-                _write_all(parent_w, data)
-                os.close(parent_w)  # the pipe is freed once the child has read it
-                parent_w = None
+            # The payload. Its write end stays open for the child's life: the child's
+            # ``parent_process()`` watches the read end for its parent's end.
+            child_r, parent_w = os.pipe()
             self._fds.extend([child_r, child_w])
             self.pid = util.spawnv_passfds(os.fsencode(spawn.get_executable()),
                                            command_line(os.getpid(), tracker_fd=tracker_fd, pipe_handle=child_r),
                                            self._fds)
             self.sentinel = parent_r
-            if parent_w is not None:
-                _write_all(parent_w, data)
+            _write_payload(parent_w, payload.getbuffer())
         finally:
             self.finalizer = util.Finalize(self, util.close_fds,
                                            [fd for fd in (parent_r, parent_w) if fd is not None])
@@ -114,6 +105,6 @@ def _resource_tracker() -> Any:
     return importlib.import_module(popen_spawn_posix.__package__ + ".resource_tracker")
 
 
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        data = data[os.write(fd, data):]
+def _write_payload(fd: int, data: memoryview) -> None:
+    with open(fd, "wb", closefd=False) as pipe:
+        pipe.write(data)
