@@ -31,7 +31,7 @@ spawn, reduction, util = popen_spawn_posix.spawn, popen_spawn_posix.reduction, p
 set_spawning_popen = popen_spawn_posix.set_spawning_popen  # type: ignore[attr-defined]  # as above
 
 # The child's program: the standard spawn_main, and a quiet exit when the payload ended early
-# because the parent (pid ``parent``) is gone (a pidfd readable within a second: it has
+# because the parent (pid ``parent``) is gone (its pidfd readable within a second: it has
 # exited; none can be opened: it has been reaped already).
 _ENTRY = """\
 import os, sys
@@ -42,8 +42,10 @@ except (EOFError, __import__("pickle").UnpicklingError):
     import select
     try:
         gone = bool(select.select([os.pidfd_open({parent})], [], [], 1.0)[0])
-    except (AttributeError, OSError):
-        gone = not hasattr(os, "pidfd_open")
+    except AttributeError:  # no pidfds (not Linux): gone once this process has another parent
+        gone = os.getppid() != {parent}
+    except OSError:  # no such process: it has ended and been reaped
+        gone = True
     if not gone:
         raise
     sys.exit(1)
