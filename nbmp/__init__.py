@@ -16,7 +16,7 @@ Example::
 
 import multiprocessing as _multiprocessing
 import sys as _sys
-from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from ._backend import register_factory as _register_factory, register_plugin as _register_plugin
@@ -105,10 +105,10 @@ class _ClusterOnFirstUse:
         return getattr(_cluster_backend(), name)
 
 
-def _cluster_backend() -> "_ClusterOnFirstUse":
+def _cluster_backend() -> _Any:
     _load_layers()
     from ._backend import plugin
-    return plugin("cluster")  # type: ignore[no-any-return]  # nbmp._cluster's ClusterBackend, registered on its import
+    return plugin("cluster")  # nbmp._cluster's ClusterBackend, registered on its import
 
 
 # Tracebacks and reprs say nbmp.ProcessExitedException, not nbmp._base.exceptions.ProcessExitedException

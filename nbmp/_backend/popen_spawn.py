@@ -29,6 +29,8 @@ __all__ = ["Popen", "command_line"]
 # package's place, where ``multiprocessing.spawn`` is nbmp's function and ``reduction`` its mirror.
 spawn, reduction, util = popen_spawn_posix.spawn, popen_spawn_posix.reduction, popen_spawn_posix.util  # type: ignore[attr-defined]  # module globals typeshed omits
 set_spawning_popen = popen_spawn_posix.set_spawning_popen  # type: ignore[attr-defined]  # as above
+# The one it imports at its first launch, relative to its own package.
+resource_tracker = importlib.import_module(popen_spawn_posix.__package__ + ".resource_tracker")
 
 # The child's program: the standard spawn_main, and a quiet exit when the payload ended early
 # because the parent (pid ``parent``) is gone (its pidfd readable within a second: it has
@@ -73,7 +75,7 @@ class Popen(PeakMemory, popen_spawn_posix.Popen):
     _fds: List[int]  # the standard Popen's: the descriptors the child inherits
 
     def _launch(self, process_obj: Any) -> None:
-        tracker_fd = _resource_tracker().getfd()
+        tracker_fd = resource_tracker.getfd()
         self._fds.append(tracker_fd)
         payload = io.BytesIO()
         set_spawning_popen(self)
@@ -100,11 +102,6 @@ class Popen(PeakMemory, popen_spawn_posix.Popen):
             for fd in (child_r, child_w):
                 if fd is not None:
                     os.close(fd)
-
-
-def _resource_tracker() -> Any:
-    # As the standard launch imports it (at its first spawn), relative to its own package.
-    return importlib.import_module(popen_spawn_posix.__package__ + ".resource_tracker")
 
 
 def _write_payload(fd: int, data: memoryview) -> None:
