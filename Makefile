@@ -102,3 +102,4 @@ bench: venv
 		cat build/bench/$$b.md; \
 	done
 	PYTHONPATH=. $(PY) benchmarks/fork_safety.py > build/bench/fork_safety.md && cat build/bench/fork_safety.md
+	PYTHONPATH=. $(PY) benchmarks/fork_shapes.py > build/bench/fork_shapes.md && cat build/bench/fork_shapes.md

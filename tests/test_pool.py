@@ -444,6 +444,49 @@ def test_terminate_ends_while_the_workers_write_results_bigger_than_the_pipe(ctx
             pool.terminate()
 
 
+def _outlive_sigterm(started: int, seconds: int) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # this worker outlives the terminate's SIGTERM,
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # (not pytest-timeout's handler, inherited)
+    signal.alarm(seconds)  # still running its task (a writer of the result pipe), until SIGALRM
+    os.write(started, b"!")
+    time.sleep(4 * seconds)
+
+
+@pytest.mark.timeout(60)
+def test_terminate_says_no_writer_is_left_only_once_every_worker_has_ended(monkeypatch):
+    # The terminate tells the result pipe's reader that no writer is left, after which it stops
+    # reading at the first empty moment. Told when the first worker had ended (multiprocessing's
+    # wait() returns at the first ready sentinel), a worker still alive could fill the pipe again,
+    # and the task thread's last message then waited for room forever (seen once in CI).
+    from nbmp._backend.posix import alive
+    from nbmp._pool.frames import FrameReader
+
+    told: List[List[int]] = []
+    original = FrameReader.writers_gone
+
+    def writers_gone(self: Any) -> None:
+        told.append([w.pid for w in workers if alive(w.pid)])
+        original(self)
+
+    monkeypatch.setattr(FrameReader, "writers_gone", writers_gone)
+    started_r, started_w = os.pipe()
+    pool = nbmp.Pool(3)
+    workers = list(pool._pool)
+    try:
+        assert pool.map(abs, range(6)) == [0, 1, 2, 3, 4, 5]
+        pool.apply_async(_outlive_sigterm, (started_w, 1))
+        assert os.read(started_r, 1) == b"!"
+        pool.terminate()
+        pool.join()
+        wait_until(lambda: told, "the reader is told that no writer is left")
+        assert told == [[]], f"told while workers {told} still ran"
+        assert -signal.SIGALRM in [w.exitcode for w in workers]  # the late one ended by itself
+    finally:
+        pool.terminate()
+        os.close(started_r)
+        os.close(started_w)
+
+
 def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
     def init() -> None:
         raise RuntimeError("no GPU here")
@@ -941,3 +984,4 @@ def test_an_interrupt_while_a_pool_lets_go_of_its_queues_is_raised_not_lost():
     with pytest.raises(KeyboardInterrupt):
         pool.terminate()
     assert pool._inqueue is None and pool._watch.inqueue is None
+

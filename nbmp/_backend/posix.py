@@ -113,14 +113,16 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` runs: it exists and, where /proc tells, is not a zombie
-    (dead, waiting to be reaped)."""
+    """Whether process ``pid`` runs: it exists and, where /proc tells, is neither a zombie
+    (dead, waiting to be reaped) nor being reaped (``X``, dead)."""
     if not _exists(pid):
         return False
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except OSError:  # no /proc here, or the process was reaped since _exists
+        return _exists(pid)
+    except IndexError:
         return True
 
 

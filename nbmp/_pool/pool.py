@@ -360,7 +360,7 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
     reader = READERS.get(outqueue)
     if reader is not None:
         _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
-    wait([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
+    _wait_for_all([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
     if reader is not None:
         deadline = time.monotonic() + 30
         while result_handler._state != _stdpool.TERMINATE and time.monotonic() < deadline:
@@ -373,6 +373,21 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
         lock.release()
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
+
+
+def _wait_for_all(sentinels: List[Any], timeout: float) -> None:
+    """Until every one of ``sentinels`` is ready, or ``timeout`` seconds have passed
+    (``multiprocessing.connection.wait`` returns once *any* is ready)."""
+    deadline = time.monotonic() + timeout
+    while sentinels:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        try:
+            ready = wait(sentinels, timeout=left)
+        except (OSError, ValueError):  # a sentinel closed meanwhile (its process object closed): stop here
+            return
+        sentinels = [s for s in sentinels if s not in ready]
 
 
 def _read_away(reader: Any, result_handler: Any) -> None:
