@@ -72,13 +72,19 @@ _LAYERS = {"Dashboard": "widgets", "set_dashboard": "widgets",
 
 
 def _load_layers() -> None:
-    """Import every layer of ``_LAYERS`` (and ``managers``) and bind their names here."""
+    """Import every layer of ``_LAYERS`` (and ``managers``) and bind their names here.
+
+    They load inside the user's first call, where an interrupt must stop the call: one that
+    landed in importlib's weakref callbacks meanwhile would be printed and dropped by Python,
+    so it is held until the layers are in, then raised here."""
     import importlib
-    for layer in ("widgets", "_spawn", "_pool", "managers", "_cluster", "_notebook.extension"):
-        importlib.import_module(f"{__name__}.{layer}")
-    for name, layer in _LAYERS.items():
-        globals()[name] = getattr(_sys.modules[f"{__name__}.{layer}"], name)
-    _fixup_module_metadata(__name__, globals(), [name for name in _LAYERS if name in __all__])
+    from ._backend.posix import interrupts_deferred
+    with interrupts_deferred():
+        for layer in ("widgets", "_spawn", "_pool", "managers", "_cluster", "_notebook.extension"):
+            importlib.import_module(f"{__name__}.{layer}")
+        for name, layer in _LAYERS.items():
+            globals()[name] = getattr(_sys.modules[f"{__name__}.{layer}"], name)
+        _fixup_module_metadata(__name__, globals(), [name for name in _LAYERS if name in __all__])
 
 
 def _build_pool(*args: object, **kwargs: object) -> object:

@@ -146,6 +146,38 @@ def test_a_context_hands_out_pools_and_managers_before_their_layers_are_loaded()
         """) == ["[1, 2] True", "True 3"]
 
 
+def test_an_interrupt_while_the_layers_load_is_raised_not_dropped():
+    # The layers load inside the user's first call (a Pool, spawn). An interrupt that lands in one
+    # of importlib's weakref callbacks meanwhile is printed by Python and dropped ("Exception
+    # ignored in ... KeyedRef.remove": seen in CI, a Pool that ran on after the interrupt). The
+    # callback here is such a moment, made on purpose while the Pool layer imports.
+    assert _fresh("""
+        import importlib, os, signal, weakref
+        import nbmp
+        real = importlib.import_module
+
+        class Held:
+            pass
+
+        def import_module(name, *args):
+            if name == "nbmp._pool":
+                held = Held()
+                ref = weakref.ref(held, lambda _: (os.kill(os.getpid(), signal.SIGINT), [i for i in range(1000)]))
+                del held  # the callback runs now, and the interrupt lands in it
+            return real(name, *args)
+
+        importlib.import_module = import_module
+        try:
+            nbmp.get_context("fork").Pool(1).terminate()
+            print("no interrupt")
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", "nbmp._pool" in __import__("sys").modules)
+        importlib.import_module = real
+        with nbmp.Pool(1) as pool:  # the layers are whole: the next call works
+            print(pool.map(abs, [-3]))
+        """) == ["KeyboardInterrupt True", "[3]"]
+
+
 def test_a_named_cluster_reaches_the_cluster_layer_when_spawn_or_pool_was_loaded_without_it():
     # As in a Pool's worker under spawn: nbmp._pool imported directly, to unpickle a task.
     assert _fresh("""
