@@ -34,8 +34,7 @@ import platform
 import resource
 import statistics
 import sys
-import time
-from typing import Callable, Dict, List
+from typing import Callable
 
 import numpy  # noqa: F401  (the realistic parent: numpy and torch imported)
 
@@ -45,7 +44,7 @@ except ImportError:  # the parent is smaller; the shapes compare all the same
     torch = None
 
 import nbmp  # noqa: F401  (its import adds its own after-fork hooks, as in a notebook using it)
-from bench_spawn import raw_fork_floor as sequential  # the raw floor: n bare forks, then waitpid
+from bench_spawn import measure, raw_fork_floor as sequential  # rows take turns; the raw floor
 
 _SYS_CLONE = {"x86_64": 56, "aarch64": 220}.get(platform.machine())
 _CLONE_PARENT, _SIGCHLD = 0x00008000, 17
@@ -107,18 +106,6 @@ def faults_at_first_line(fork: Callable[[], int], times: int = 15) -> float:
     return statistics.median(counts)
 
 
-def measure(rows: Dict[str, Callable[[], None]], repeat: int) -> Dict[str, List[float]]:
-    for fn in rows.values():
-        fn()  # warm-up
-    times: Dict[str, List[float]] = {name: [] for name in rows}
-    for _ in range(repeat):
-        for name, fn in rows.items():
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=31, help="timed rounds per row")
@@ -137,10 +124,9 @@ def main() -> int:
     print("| children | sequential (ms) | tree-shaped (ms) | tree ÷ sequential, per round |")
     print("|---:|---:|---:|---:|")
     for n in opts.counts:
-        times = measure({"sequential": lambda: sequential(n), "tree": lambda: tree(n)}, opts.repeat)
-        ratio = statistics.median(t / s for t, s in zip(times["tree"], times["sequential"]))
-        print(f"| {n} | {statistics.median(times['sequential']) * 1e3:.1f} | "
-              f"{statistics.median(times['tree']) * 1e3:.1f} | {ratio:.2f}× |")
+        rounds, trees = measure([("sequential", lambda: sequential(n)), ("tree", lambda: tree(n))], opts.repeat)
+        ratio = statistics.median(t / s for t, s in zip(trees, rounds))
+        print(f"| {n} | {statistics.median(rounds) * 1e3:.1f} | {statistics.median(trees) * 1e3:.1f} | {ratio:.2f}× |")
     return 0
 
 

@@ -984,4 +984,3 @@ def test_an_interrupt_while_a_pool_lets_go_of_its_queues_is_raised_not_lost():
     with pytest.raises(KeyboardInterrupt):
         pool.terminate()
     assert pool._inqueue is None and pool._watch.inqueue is None
-
