@@ -1,5 +1,7 @@
 """cloudpickle on every path through nbmp objects, under every start method."""
 
+import io
+
 import pytest
 
 import nbmp
@@ -282,9 +284,14 @@ def test_a_manager_asked_for_the_standard_pickler_refuses_a_lambda_as_the_standa
 def test_plain_values_skip_the_pickler_and_load_back_the_same():
     import pickle
     from nbmp._backend import pickling
-    message = (7, 3, (True, "x", 0, 1.5, None))  # a Pool's result message: nested tuples of atoms
-    assert pickling.plain(message)
-    assert pickling.dumps(message) == pickle.dumps(message, pickling.cloudpickle.DEFAULT_PROTOCOL)
-    assert pickling.loads(pickling.dumps(message)) == message
-    for not_plain in [(1, [2]), (1, (2, (3,))), tuple(range(9)), (1, (lambda: 0)), {"a": 1}]:
+    # A Pool's result messages: nested tuples, and a map chunk's list, of atoms.
+    for message in [(7, 3, (True, "x", 0, 1.5, None)), (7, 3, (True, [4, "y"], 0, 1.5, 2.5))]:
+        assert pickling.plain(message, 3)
+        assert pickling.dumps(message) == pickle.dumps(message, pickling.cloudpickle.DEFAULT_PROTOCOL)
+        assert pickling.loads(pickling.dumps(message)) == message
+        as_nbmp_pickles = io.BytesIO()
+        pickling.Pickler(as_nbmp_pickles).dump(message)  # what the pickler skipped would have written
+        assert pickle.loads(as_nbmp_pickles.getvalue()) == message
+    for not_plain in [(1, (2, (3,))), (1, [2, [3]]), tuple(range(17)), list(range(17)), (1, (lambda: 0)),
+                      {"a": 1}, [1, object()], (1, [2, {"a": 1}])]:
         assert not pickling.plain(not_plain), not_plain

@@ -820,3 +820,31 @@ def test_fork_safety_notebook_shows_its_results():
     assert "spawn matches fork: True" in text
     if HAVE_TORCH:
         assert "exit codes [0, 0]" in text
+
+
+def test_gnu_openmp_not_loaded_is_looked_for_again_only_after_an_import(monkeypatch):
+    # Each round of forks asks whether libgomp is loaded; reading /proc/self/maps for a "no"
+    # every time cost a parent without torch ~0.5 ms a round. A library comes with an import.
+    import io
+    import sys
+    import types
+    from nbmp._forking.handlers import thread_pools
+
+    reads: list = []
+    maps = ["7f00-7f01 r-xp 0 00:00 0 /usr/lib/libc.so.6\n"]
+
+    def fake_open(path: str, *args: object, **kwargs: object) -> io.StringIO:
+        reads.append(path)
+        return io.StringIO(maps[0])
+
+    monkeypatch.setattr(thread_pools, "_gomp_seen", False)
+    monkeypatch.setattr(thread_pools, "_gomp_looked_at", -1)
+    monkeypatch.setattr(thread_pools, "open", fake_open, raising=False)
+    assert thread_pools.gnu_openmp_loaded() is False
+    assert thread_pools.gnu_openmp_loaded() is False
+    assert reads == ["/proc/self/maps"]
+    maps[0] += "7f02-7f03 r-xp 0 00:00 0 /usr/lib/libgomp.so.1\n"
+    monkeypatch.setitem(sys.modules, "nbmp_test_brings_libgomp", types.ModuleType("nbmp_test_brings_libgomp"))
+    assert thread_pools.gnu_openmp_loaded() is True
+    assert thread_pools.gnu_openmp_loaded() is True
+    assert len(reads) == 2

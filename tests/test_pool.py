@@ -487,6 +487,60 @@ def test_terminate_says_no_writer_is_left_only_once_every_worker_has_ended(monke
         os.close(started_w)
 
 
+def _count_unblocks(monkeypatch: Any) -> List[int]:
+    from nbmp._pool import pool as pool_module
+
+    started: List[int] = []
+    original = pool_module._unblock_threads
+
+    def counted(*args: Any) -> None:
+        started.append(1)
+        original(*args)
+
+    monkeypatch.setattr(pool_module, "_unblock_threads", counted)
+    return started
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_a_terminate_with_nothing_in_flight_needs_no_unblocking(ctx, monkeypatch):
+    # The common `with Pool() as p: p.map(...)`: every call done, every worker waiting for a
+    # task. Nothing a killed worker holds can block the terminate, so it starts no helper
+    # threads; it still ends every worker and thread.
+    from nbmp._pool.worker import IDLE, PHASE, WAITING
+
+    unblocks = _count_unblocks(monkeypatch)
+    with ctx.Pool(2) as pool:
+        assert pool.map(lambda x: x * 2, range(8)) == [0, 2, 4, 6, 8, 10, 12, 14]
+        workers = list(pool._pool)
+        # a worker that has just written the last result says so a moment later
+        wait_until(lambda: all(w.slot.view[PHASE] in (IDLE, WAITING) for w in pool._watch.workers),
+                   "every worker waits for a task")
+    pool.join()
+    assert unblocks == []
+    assert all(w.exitcode is not None for w in workers)
+    assert not any(t.is_alive() for t in (pool._worker_handler, pool._task_handler, pool._result_handler))
+
+
+@pytest.mark.timeout(TIMEOUT)
+def test_a_terminate_with_a_task_running_still_unblocks_its_threads(ctx, monkeypatch):
+    from nbmp._pool.worker import PHASE, RUNNING
+
+    unblocks = _count_unblocks(monkeypatch)
+    pool = ctx.Pool(2)
+    try:
+        pending = pool.apply_async(time.sleep, (60,))
+        wait_until(lambda: any(w.slot.view[PHASE] == RUNNING for w in pool._watch.workers), "the task runs")
+        assert not pool._watch.settled(pool._taskqueue)
+        workers = list(pool._pool)
+        pool.terminate()
+        pool.join()
+        assert unblocks == [1]
+        assert all(w.exitcode is not None for w in workers)
+        assert not pending.ready()
+    finally:
+        pool.terminate()
+
+
 def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
     def init() -> None:
         raise RuntimeError("no GPU here")

@@ -267,20 +267,20 @@ _ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 def plain(obj: Any, depth: int = 2) -> bool:
-    """Whether ``obj`` is a number, string, bytes, None, or a short tuple of those, nested at
-    most ``depth`` deep (a Pool's result message, ``(job, i, (True, 3, ...))``): no reducer, no
-    by-value code and no ``__main__`` object can be in it, so ``pickle`` alone sends it as
-    nbmp's pickler would."""
+    """Whether ``obj`` is a number, string, bytes, None, or a short tuple or list of those,
+    nested at most ``depth`` deep (a Pool's result message, ``(job, i, (True, [3], ...))``): no
+    reducer, no by-value code and no ``__main__`` object can be in it, so ``pickle`` alone
+    sends it as nbmp's pickler would."""
     cls = type(obj)
     if cls in _ATOMS:
         return True
-    if cls is not tuple or len(obj) > 8 or depth <= 0:
+    if (cls is not tuple and cls is not list) or len(obj) > 16 or depth <= 0:
         return False
     return all(type(x) in _ATOMS or plain(x, depth - 1) for x in obj)
 
 
 def dumps_plain_value(obj: Any) -> bytes:
-    """:func:`dumps` of a tuple of a string and a value :func:`plain` accepts (``("ok", 3)``),
+    """:func:`dumps` of a value :func:`plain` accepts (``("ok", 3)``, a Pool's result message),
     which ``pickle`` alone sends as nbmp's pickler would."""
     return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL)
 

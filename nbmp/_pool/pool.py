@@ -42,7 +42,7 @@ from .errors import WorkerLostError
 from .frames import StreamCut
 from .results import sliced
 from .sending import Prepickled
-from .watch import BROKEN_QUEUES, READERS, Watch, drain, release_lock
+from .watch import BROKEN_QUEUES, READERS, SETTLED, Watch, drain, release_lock
 from .worker import Timed
 
 if TYPE_CHECKING:
@@ -211,6 +211,10 @@ class Pool(_stdpool.Pool):
         # Deaths from here on are the terminate's own: the watcher leaves first, so that it
         # does not wake (and take a core) for each worker the terminate stops.
         self._watch.stop(wait=False)
+        if self._state != _stdpool.TERMINATE:
+            self._state = _stdpool.TERMINATE  # no call is taken from here on (the stdlib's terminate sets it too)
+            if self._watch.settled(self._taskqueue):  # type: ignore[attr-defined]  # stdlib private
+                SETTLED.add(self._outqueue)
         super().terminate()
         self._watch.stop()
         self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
@@ -338,9 +342,12 @@ class Pool(_stdpool.Pool):
     def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, change_notifier: Any,
                         worker_handler: Any, task_handler: Any, result_handler: Any, cache: Any) -> None:
         # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
-        # then joins, may wait on what a dead worker left: see _unblock_threads.
-        _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
-                       name="nbmp-pool-unblock")
+        # then joins, may wait on what a dead worker left: see _unblock_threads. Not for a Pool
+        # that had nothing in flight (Watch.settled; the common `with Pool() as p: p.map(...)`):
+        # two threads fewer to start (~0.7 ms of CPU a terminate).
+        if not (outqueue in SETTLED and not cache):
+            _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
+                           name="nbmp-pool-unblock")
         super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
                                 worker_handler, task_handler, result_handler, cache)
 

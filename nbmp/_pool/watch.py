@@ -45,12 +45,17 @@ from .frames import FrameReader, StreamCut
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "drain", "release_lock"]
+__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "SETTLED", "drain", "release_lock"]
 
 # The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
 BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # Each Pool's result queue -> the reader of its pipe (told at terminate that no writer is left).
 READERS: "weakref.WeakKeyDictionary[Any, FrameReader]" = weakref.WeakKeyDictionary()
+# The result queues of Pools whose terminate found nothing in flight (see Watch.settled).
+SETTLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# The phases in which a worker holds nothing a terminate waits on: no task, no result being
+# written, at most the task queue's read lock (which a terminate with nothing queued never takes).
+_HOLDS_NOTHING = frozenset((IDLE, INIT, WAITING))
 
 TICK = 0.25  # seconds between memory samples; deaths are seen at once (sentinels)
 
@@ -112,6 +117,7 @@ class Watch:
         self.broken: Optional[str] = None
         self.broken_error: Optional[BaseException] = None
         self.start_deaths = 0
+        self.deaths = 0  # workers the watcher has seen dead
         self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
         self.outqueue: Any = None
         self.inqueue: Any = None
@@ -185,6 +191,24 @@ class Watch:
         if wait and thread is not threading.current_thread():
             thread.join(timeout=5.0)
 
+    def settled(self, taskqueue: Any) -> bool:
+        """Whether the Pool has nothing in flight, so that terminating it cannot leave one of
+        its threads waiting on what a killed worker held (and needs no ``_unblock_threads``):
+        no pending call, nothing queued or unread, no death seen, no stream cut, and every
+        worker idle, starting, or waiting for a task. Asked by ``terminate()`` once no call
+        can come any more (the Pool's state says so)."""
+        if self.cache or self.unread or self.deaths or self.broken is not None or self.stream_cut \
+                or self.inqueue is None or self.outqueue is None:
+            return False
+        try:
+            if not taskqueue.empty() or self.inqueue._reader.poll():
+                return False
+        except (OSError, ValueError, AttributeError):  # a queue closed meanwhile, or a stand-in's: the careful way
+            return False
+        with self.lock:
+            workers = list(self.workers)
+        return all(w.slot.view[PHASE] in _HOLDS_NOTHING for w in workers)
+
     def _live_pool(self) -> Any:
         """The Pool, unless it is gone or being terminated: by ``terminate()``, or by its
         finalizer alone (the interpreter's exit terminates a Pool left open, whose state
@@ -234,6 +258,7 @@ class Watch:
                     continue
                 with self.lock:
                     self.workers.remove(w)
+                self.deaths += 1
                 self._report(w, code)
                 reaped = True
             if ready and not reaped:  # not reaped yet by the stdlib's thread: look again soon

@@ -235,6 +235,8 @@ def _sender(outqueue: Any, slot: Any, inherited: Any) -> Callable[[Any, Any], No
     send_bytes = outqueue._writer.send_bytes
 
     def dumps(message: Any) -> bytes:
+        if _pickling.plain(message, 3):  # (job, i, (True, [3], worker, start, end)): pickle alone
+            return _pickling.dumps_plain_value(message)
         with _pickling.sending_to(inherited):
             return _pickling.dumps(message)
 

@@ -21,6 +21,7 @@ from ._base import ForkHandler, Worker
 _ENV_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
              "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
 _gomp_seen = False
+_gomp_looked_at = -1  # len(sys.modules) when /proc/self/maps last said libgomp was not loaded
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
 _controller: Any = None  # the parent's threadpoolctl view of its pools, made just before the fork (or the fork server's)
 _controller_key = -1     # len(sys.modules) when it was made: new native libraries come with new modules
@@ -53,14 +54,19 @@ def _threadpool_controller() -> Any:  # Any: a threadpoolctl.ThreadpoolControlle
 
 
 def gnu_openmp_loaded() -> bool:
-    """Whether libgomp is mapped in this process (libraries are never unloaded: cached once seen)."""
-    global _gomp_seen
-    if not _gomp_seen:
+    """Whether libgomp is mapped in this process.
+
+    Libraries are never unloaded: cached once seen. Not seen, /proc/self/maps is read again
+    only once modules have been imported since (~0.4 ms a read, every round of forks in a
+    parent without torch): a native library comes with the import of the module that needs it."""
+    global _gomp_seen, _gomp_looked_at
+    if not _gomp_seen and _gomp_looked_at != len(sys.modules):
         try:
             with open("/proc/self/maps") as maps:
                 _gomp_seen = "libgomp" in maps.read()
         except OSError:
-            pass
+            return False
+        _gomp_looked_at = len(sys.modules)
     return _gomp_seen
 
 
