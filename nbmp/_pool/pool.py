@@ -213,7 +213,7 @@ class Pool(_stdpool.Pool):
         self._watch.stop(wait=False)
         if self._state != _stdpool.TERMINATE:
             self._state = _stdpool.TERMINATE  # no call is taken from here on (the stdlib's terminate sets it too)
-            if self._watch.settled(self._taskqueue):  # type: ignore[attr-defined]  # stdlib private
+            if self._watch.settled(getattr(self, "_taskqueue", None)):  # the stdlib's; None: __init__ never got there
                 SETTLED.add(self._outqueue)
         super().terminate()
         self._watch.stop()
