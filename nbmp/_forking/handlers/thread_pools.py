@@ -57,7 +57,7 @@ def gnu_openmp_loaded() -> bool:
     """Whether libgomp is mapped in this process.
 
     Libraries are never unloaded: cached once seen. Not seen, /proc/self/maps is read again
-    only once modules have been imported since (~0.4 ms a read, every round of forks in a
+    only once modules have been imported since (~0.5 ms a read, every round of forks in a
     parent without torch): a native library comes with the import of the module that needs it."""
     global _gomp_seen, _gomp_looked_at
     if not _gomp_seen and _gomp_looked_at != len(sys.modules):
