@@ -15,7 +15,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Set, Tuple
 
 import numpy  # noqa: F401  (the realistic parent: numpy and torch imported)
 
@@ -83,18 +83,62 @@ def nbmp_pool() -> None:
         assert p.map(lambda i: i, range(NPROCS)) == [0, 1, 2, 3]
 
 
+def children() -> Set[int]:
+    """This process's child processes (of any of its threads), reaped or not."""
+    found: Set[int] = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                found.update(int(pid) for pid in f.read().split())
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return found
+
+
+def settle(helpers: Set[int], limit: float = 2.0) -> None:
+    """Until every child but ``helpers`` (a forkserver, a resource tracker) is gone: a row that
+    returns before its children are reaped (nbmp.spawn's workers are reaped once the caller has
+    its values, while the kernel frees their memory) must not leave that work to the next row."""
+    deadline = time.monotonic() + limit
+    while children() - helpers and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
 def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[List[float]]:
     """Seconds per run, per row. The rows take turns, run after run, so that a change of
-    load on a shared machine hits every row alike."""
+    load on a shared machine hits every row alike; each starts once the one before has no
+    child left (``settle``)."""
     for _, fn in rows:
         fn()  # warm-up: imports, a forkserver, caches
+    time.sleep(0.1)
+    helpers = children()
     times: List[List[float]] = [[] for _ in rows]
     for _ in range(repeat):
         for k, (_, fn) in enumerate(rows):
+            settle(helpers)
             start = time.perf_counter()
             fn()
             times[k].append(time.perf_counter() - start)
     return times
+
+
+def back_to_back(a: Callable[[], None], b: Callable[[], None], calls: int = 20, rounds: int = 5) -> float:
+    """The median over ``rounds`` of (``calls`` calls of ``a`` in a row) ÷ (the same of ``b``),
+    each timed until its last child is gone: a loop's rate, the work a call leaves behind it
+    (the reaping of workers, the kernel's teardown of their memory) included."""
+    helpers = children()
+    ratios = []
+    for _ in range(rounds):
+        spans = []
+        for fn in (a, b):
+            settle(helpers)
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            settle(helpers)
+            spans.append(time.perf_counter() - start)
+        ratios.append(spans[0] / spans[1])
+    return statistics.median(ratios)
 
 
 def paired(times: Dict[str, List[float]], row: str, peer: str) -> str:
@@ -143,6 +187,10 @@ def main() -> None:
     print(f"Median of the per-round ratios (rows timed in the same round): Pool "
           f"{paired(fork_times, NBMP_POOL, STD_POOL)}, spawn ÷ torch {paired(fork_times, NBMP_SPAWN, TORCH_FORK)}, "
           f"spawn ÷ floor {paired(fork_times, NBMP_SPAWN, fork_rows[0][0])}")
+    if torch_mp is not None:
+        print(f"20 calls back to back, until the last worker is reaped (median of 5): spawn ÷ torch "
+              f"{back_to_back(nbmp_default, torch_start_processes_fork):.2f}×, "
+              f"Pool ÷ standard Pool {back_to_back(nbmp_pool, pool('fork')):.2f}×")
     if opts.plot:
         _plot.bars(opts.plot, [name for name, _, _ in results], {"median": [t * 1e3 for _, t, _ in results]},
                    title=f"{NPROCS} trivial workers, from the call to all results (parent imported numpy, torch)",

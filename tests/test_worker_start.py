@@ -4,6 +4,7 @@ and how it ends must be what the standard bootstrap gives; no worker holds anoth
 
 from __future__ import annotations
 
+import fcntl
 import multiprocessing
 import multiprocessing.util
 import os
@@ -39,13 +40,18 @@ def test_a_worker_holds_its_own_pipes_and_no_other_workers():
 
     def new_pipes(i):
         time.sleep(0.2)  # every worker is forked before any of them looks
-        return {fd: inode for fd, inode in _pipes().items() if inode not in before}
+        channel, _ = multiprocessing.current_process().exit_channel  # where it will announce its end
+        pipes = {fd: inode for fd, inode in _pipes().items() if inode not in before}
+        return pipes, pipes.pop(channel, None)
 
-    seen = nbmp.spawn(new_pipes, nprocs=4, start_method="fork")
+    found = nbmp.spawn(new_pipes, nprocs=4, start_method="fork")
+    seen = [pipes for pipes, _ in found]
     for i, pipes in enumerate(seen):
         # Of the run's pipes, its own stdout's and stderr's write ends, at 1 and 2: not the parent's
         # ends of any, nor another worker's (its result pipe is a socket pair, not counted here).
         assert sorted(pipes) == [1, 2] and pipes[1] != pipes[2], f"worker {i} holds these of the run's pipes: {pipes}"
+    # And the write end of the run's one exit channel (nbmp._backend.exits), the same pipe for all.
+    assert len({inode for _, inode in found}) == 1 and found[0][1] is not None
     inodes = [set(p.values()) for p in seen]
     assert all(not (inodes[a] & inodes[b]) for a in range(4) for b in range(a + 1, 4)), "two workers share a pipe"
 
@@ -132,3 +138,48 @@ def test_a_failed_fork_leaves_no_worker_and_says_so(monkeypatch):
     with pytest.raises(BlockingIOError):
         nbmp.spawn(lambda i: time.sleep(TIMEOUT), nprocs=4, start_method="fork")
     assert len(forks) == 2  # the two forked were stopped (the leak guard checks none is left)
+
+
+def _hold_a_lock_and_a_gigabyte(i, path):
+    """Holds an flock on ``path`` and 1 GiB of written pages until the process ends: its exit
+    then takes the kernel ~75 ms of freeing them (on the machines docs/benchmarks.md names)."""
+    held = open(path, "w")
+    fcntl.flock(held, fcntl.LOCK_EX)
+    pages = bytearray(1 << 30)
+    pages[::4096] = b"\x01" * (len(pages) // 4096)
+    _hold_a_lock_and_a_gigabyte.kept = (held, pages)
+    return os.getpid()
+
+
+def test_a_run_ends_on_its_workers_word_and_reaps_them_after(tmp_path):
+    # spawn(join=True) ends once each worker said it ends (nbmp._backend.exits): by then it has
+    # closed every descriptor (its lock is free), and the kernel still frees its memory.
+    path = tmp_path / "lock"
+    recorder = []
+    (pid,) = nbmp.spawn(_hold_a_lock_and_a_gigabyte, args=(str(path),), nprocs=1, start_method="fork",
+                        sinks=[type("Sink", (), {"handle": staticmethod(recorder.append)})()])
+    ending = os.path.exists(f"/proc/{pid}")  # not reaped yet: the caller did not wait for that
+    with open(path, "w") as mine:
+        fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the worker still held it
+    assert ending, "spawn returned only once the worker was reaped"
+    (exited,) = [e for e in recorder if type(e).__name__ == "WorkerExited"]
+    assert exited.exitcode == 0 and exited.rss >= 1 << 30  # its peak, as it announced it
+    supervisor = [t for t in threading.enumerate() if t.name.startswith("nbmp-spawn-")]
+    for thread in supervisor:
+        thread.join(TIMEOUT)  # it reaps the worker, then ends
+    assert not os.path.exists(f"/proc/{pid}") and not any(t.is_alive() for t in supervisor)
+
+
+def _exit_with(i, code):
+    sys.exit(code)
+
+
+@pytest.mark.parametrize("code", [3, 300, -1])
+def test_an_announced_exit_code_is_the_one_waitpid_gives(code):
+    # join=True: the code the worker announced; join=False: the one its reaping gives (no channel).
+    with pytest.raises(nbmp.ProcessExitedException) as announced:
+        nbmp.spawn(_exit_with, args=(code,), nprocs=1, start_method="fork")
+    context = nbmp.spawn(_exit_with, args=(code,), nprocs=1, start_method="fork", join=False)
+    with pytest.raises(nbmp.ProcessExitedException) as reaped:
+        context.join(TIMEOUT)
+    assert announced.value.exit_code == reaped.value.exit_code == code & 0xFF

@@ -18,12 +18,13 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 from multiprocessing import popen_fork, util
 from typing import Any, Callable, Generic, Iterator, List, Optional, Sequence, TextIO, Tuple, TypeVar
 
 from .. import _forking
-from . import worker_bootstrap
+from . import exits, worker_bootstrap
 
 __all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round", "fork_workers", "FORKS_WORKERS", "MadeForChildren", "take_stdin"]
 
@@ -190,28 +191,59 @@ def fork_round() -> Iterator[None]:
 class PeakMemory:
     """Reaps the child with ``wait4``, which also tells its peak resident memory: ``peak_rss``
     (bytes, None until reaped) goes into the record of the worker's end (a likely
-    out-of-memory kill says how big the worker grew). Mixed into nbmp's Popen classes."""
+    out-of-memory kill says how big the worker grew). Mixed into nbmp's Popen classes.
+
+    A child that announced its end (``ended``, see ``nbmp._backend.exits``) has closed
+    everything and is being torn down by the kernel: ``poll()`` gives its announced exit
+    code until it is reaped (a blocking ``poll(0)``, ``reap()``, or a ``WNOHANG`` poll once
+    it is gone)."""
 
     pid: int
     returncode: Optional[int] = None
     peak_rss: Optional[int] = None
+    ended: Optional[exits.Ending] = None
 
     def poll(self, flag: int = os.WNOHANG) -> Optional[int]:
         if self.returncode is None:
             try:
                 pid, status, usage = os.wait4(self.pid, flag)
             except OSError:  # not our child (yet), or reaped already: as the standard poll
-                return None
+                return None if self.ended is None else self.ended.code
             if pid == self.pid:
-                self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux
-                self.returncode = os.waitstatus_to_exitcode(status)
+                self._reaped(status, usage)
+            elif self.ended is not None:
+                return self.ended.code
         return self.returncode
+
+    def reap(self) -> Optional[int]:
+        """Block until this child is reaped, here or by another thread's ``poll``; its exit code."""
+        while self.returncode is None:
+            try:
+                pid, status, usage = os.wait4(self.pid, 0)
+            except ChildProcessError:
+                if self.ended is not None:  # reaped by someone else's waitpid(-1): its word stands
+                    self.returncode = self.ended.code
+                else:
+                    time.sleep(0.01)  # another thread's poll reaped it and is setting returncode
+                continue
+            self._reaped(status, usage)
+        return self.returncode
+
+    def _reaped(self, status: int, usage: Any) -> None:
+        self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux
+        # A child killed between its word and its exit (a signal from outside) had done all
+        # it was to do: the code it announced stands, as its caller was already told it.
+        self.returncode = os.waitstatus_to_exitcode(status) if self.ended is None else self.ended.code
 
 
 def peak_rss(process: Any) -> Optional[int]:
     """A reaped process's peak resident memory in bytes, where one of nbmp's Popen classes
-    reaped it (fork, spawn); None otherwise (not reaped yet, forkserver, a standard process)."""
-    return getattr(getattr(process, "_popen", None), "peak_rss", None)
+    reaped it (fork, spawn), or as it announced it (``exits``); None otherwise (not reaped
+    yet, forkserver, a standard process)."""
+    popen = getattr(process, "_popen", None)
+    peak = getattr(popen, "peak_rss", None)
+    ended = getattr(popen, "ended", None)
+    return peak if peak is not None or ended is None else ended.peak_rss
 
 
 class Popen(PeakMemory, popen_fork.Popen):
@@ -277,6 +309,9 @@ def _fork_child(entry: _ChildEntry) -> int:
         try:
             code = entry.bootstrap_worker()
         finally:
+            channel = exits.channel_of(entry._process_obj)
+            if channel is not None:
+                exits.announce(channel, code)
             os._exit(code)
     return pid
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, plugin as _plugin, posix as _posix
 from .._backend.main_module import MainObjects
+from .._backend.exits import ExitChannel
 from .._backend.popen_fork import FORKS_WORKERS, fork_round
 from .._backend.process import start_workers
 from .._forking import Launch, stamp
@@ -308,12 +309,20 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
     workers: List[Worker] = []
     unstarted: List[_Unstarted] = []
     supervisor: Optional[Supervisor] = None
+    endings: Optional[ExitChannel] = None
     try:
         _prepare_parent()
         method = ctx.get_start_method()
         unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
+        if join and method == "fork" and FORKS_WORKERS:
+            # The caller gets values, never the processes: the run may end on the workers' word
+            # that they have ended, without waiting for the kernel to free their memory.
+            endings = ExitChannel()
+            for one in unstarted:
+                endings.attach(one.worker.process)
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
-        supervisor = Supervisor(run_id, [one.worker for one in unstarted], events, flush, grace_period, joined=join)
+        supervisor = Supervisor(run_id, [one.worker for one in unstarted], events, flush, grace_period, joined=join,
+                                endings=endings)
         held = supervisor.prepare()
         if method == "fork":  # a worker must not keep the other workers' write ends open
             if output != "inherit":
@@ -343,12 +352,16 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
                     for end in one.ends:
                         end.close()  # the child has its copies; ours would hide its exit
                 workers.append(unstarted.pop(0).worker)
+        if endings is not None:
+            endings.forked()
         for worker in workers:
             events.handle(WorkerStarted(run_id, worker.index, int(worker.process.pid)))  # type: ignore[arg-type]  # started: pid is set
         supervisor.start()
     except BaseException:
         if supervisor is not None:
-            supervisor.discard()
+            supervisor.discard()  # closes ``endings``
+        elif endings is not None:
+            endings.close()
         _abandon(workers, unstarted)
         board.close()
         raise
