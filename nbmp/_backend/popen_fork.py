@@ -305,12 +305,12 @@ def _quiesce(process_obj: Any) -> bool:
 def _fork_child(entry: _ChildEntry) -> int:
     pid = os.fork()
     if pid == 0:
-        code = 1
+        code, worker = 1, os.getpid()
         try:
             code = entry.bootstrap_worker()
         finally:
             channel = exits.channel_of(entry._process_obj)
-            if channel is not None:
+            if channel is not None and os.getpid() == worker:  # not a child the worker forked that came back here
                 exits.announce(channel, code)
             os._exit(code)
     return pid
