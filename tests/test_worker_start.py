@@ -5,6 +5,7 @@ and how it ends must be what the standard bootstrap gives; no worker holds anoth
 from __future__ import annotations
 
 import fcntl
+import mmap
 import multiprocessing
 import multiprocessing.util
 import os
@@ -16,7 +17,7 @@ import time
 import pytest
 
 import nbmp
-from nbmp._backend import popen_fork
+from nbmp._backend import exits, popen_fork
 from conftest import TIMEOUT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nbmp's worker fork is Linux's (pidfds)")
@@ -40,7 +41,7 @@ def test_a_worker_holds_its_own_pipes_and_no_other_workers():
 
     def new_pipes(i):
         time.sleep(0.2)  # every worker is forked before any of them looks
-        channel, _ = multiprocessing.current_process().exit_channel  # where it will announce its end
+        channel = multiprocessing.current_process().exit_channel[0]  # where it will announce its end
         pipes = {fd: inode for fd, inode in _pipes().items() if inode not in before}
         return pipes, pipes.pop(channel, None)
 
@@ -140,34 +141,64 @@ def test_a_failed_fork_leaves_no_worker_and_says_so(monkeypatch):
     assert len(forks) == 2  # the two forked were stopped (the leak guard checks none is left)
 
 
-def _hold_a_lock_and_a_gigabyte(i, path):
-    """Holds an flock on ``path`` and 1 GiB of written pages until the process ends: its exit
-    then takes the kernel ~75 ms of freeing them (on the machines docs/benchmarks.md names)."""
+def _hold_a_lock(i, path):
+    """Holds an flock on ``path`` until the process ends."""
     held = open(path, "w")
     fcntl.flock(held, fcntl.LOCK_EX)
-    pages = bytearray(1 << 30)
-    pages[::4096] = b"\x01" * (len(pages) // 4096)
-    _hold_a_lock_and_a_gigabyte.kept = (held, pages)
+    _hold_a_lock.kept = held
     return os.getpid()
+
+
+def _seen_at_its_end(seen):
+    """A sink that notes, as each worker's end is reported, whether its process still exists."""
+    def handle(event):
+        if type(event).__name__ == "WorkerExited":
+            seen.append((event, os.path.exists(f"/proc/{event.pid}")))
+    return type("Sink", (), {"handle": staticmethod(handle)})()
+
+
+def _private_pages(size):
+    """``size`` bytes of written private pages, in small pages (their page tables a fork copies)."""
+    pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    pages.madvise(mmap.MADV_NOHUGEPAGE)
+    pages[::4096] = b"\x01" * (size // 4096)
+    return pages
 
 
 def test_a_run_ends_on_its_workers_word_and_reaps_them_after(tmp_path):
     # spawn(join=True) ends once each worker said it ends (nbmp._backend.exits): by then it has
-    # closed every descriptor (its lock is free), and the kernel still frees its memory.
-    path = tmp_path / "lock"
-    recorder = []
-    (pid,) = nbmp.spawn(_hold_a_lock_and_a_gigabyte, args=(str(path),), nprocs=1, start_method="fork",
-                        sinks=[type("Sink", (), {"handle": staticmethod(recorder.append)})()])
-    ending = os.path.exists(f"/proc/{pid}")  # not reaped yet: the caller did not wait for that
-    with open(path, "w") as mine:
-        fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the worker still held it
-    assert ending, "spawn returned only once the worker was reaped"
-    (exited,) = [e for e in recorder if type(e).__name__ == "WorkerExited"]
-    assert exited.exitcode == 0 and exited.rss >= 1 << 30  # its peak, as it announced it
+    # closed every descriptor (its lock is free); the kernel is still tearing it down (this
+    # parent's 512 MiB of pages make the page tables its fork copies take ~10 ms to free).
+    path, seen = tmp_path / "lock", []
+    parent_pages = _private_pages(512 << 20)
+    try:
+        (pid,) = nbmp.spawn(_hold_a_lock, args=(str(path),), nprocs=1, start_method="fork",
+                            sinks=[_seen_at_its_end(seen)])
+        with open(path, "w") as mine:
+            fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the worker still held it
+    finally:
+        parent_pages.close()
+    ((exited, existed),) = seen
+    assert existed, "the worker's end was reported only once it was reaped"
+    assert exited.pid == pid and exited.exitcode == 0 and exited.rss > 0  # its peak, as it announced it
     supervisor = [t for t in threading.enumerate() if t.name.startswith("nbmp-spawn-")]
     for thread in supervisor:
         thread.join(TIMEOUT)  # it reaps the worker, then ends
     assert not os.path.exists(f"/proc/{pid}") and not any(t.is_alive() for t in supervisor)
+
+
+def _grow(i, size):
+    _grow.kept = _private_pages(size)  # its own memory, given back by its exit
+    return os.getpid()
+
+
+def test_a_worker_with_much_memory_of_its_own_is_waited_for():
+    # Past exits.PRIVATE_LIMIT a worker says nothing: spawn returns once its memory is given back.
+    seen = []
+    (pid,) = nbmp.spawn(_grow, args=(256 << 20,), nprocs=1, start_method="fork", sinks=[_seen_at_its_end(seen)])
+    ((exited, existed),) = seen
+    assert not existed and exited.rss >= 256 << 20  # reaped first (wait4's peak)
+    assert 256 << 10 > exits.PRIVATE_LIMIT
 
 
 def _exit_with(i, code):

@@ -10,7 +10,10 @@ descriptor it holds but the channel's, writes one record -- its token, its exit 
 peak resident memory -- and calls ``os._exit``: by the time the parent reads the record the
 worker has released everything but its memory, and its exit code is the one it is about to
 exit with. The parent marks the worker's ``Popen`` ``ended`` (:func:`mark`): its ``poll()``
-then gives that code, and it is reaped later, while the kernel frees its memory.
+then gives that code, and it is reaped later, while the kernel frees its memory. A worker
+with much memory of its own (``PRIVATE_LIMIT``: pages it grew by or wrote, which its exit
+gives back to the machine) says nothing and is waited for as before: when the call
+returns, that memory is free again.
 
 Who reads the records: ``nbmp.spawn`` with ``join=True``, whose caller gets values and never
 the process objects (see ``nbmp._spawn.supervisor``): the run ends on its workers' word, and
@@ -42,6 +45,14 @@ __all__ = ["ExitChannel", "Ending", "announce", "channel_of", "mark"]
 # The worker's token, exit code, peak RSS in KiB: one write, far below PIPE_BUF (atomic).
 _RECORD = struct.Struct("=iiq")
 
+# A worker that has made more memory of its own than this (KiB: pages it grew by, pages it
+# faulted in, copies of its parent's pages it wrote) does not announce its end: the caller then
+# waits until the kernel has given that memory back, as it would without a channel. Teardown of
+# the page tables a fork copied, which is what the announcement saves waiting for, frees nothing.
+PRIVATE_LIMIT = 64 << 10
+
+_PAGE_KIB = resource.getpagesize() // 1024
+
 # Above this many possible descriptors, the child lists /proc/self/fd instead of asking the kernel
 # to close a range (os.closerange falls back to one close() per number where close_range(2) is missing).
 _RANGE_LIMIT = 1 << 16
@@ -71,6 +82,7 @@ class ExitChannel:
     (records nobody read) loses a record, and its worker is then seen ending by its exit."""
 
     def __init__(self) -> None:
+        self._base = _resident_kib()  # the parent's, which its workers start with
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
@@ -86,7 +98,7 @@ class ExitChannel:
         """Have ``process`` (an nbmp process object, not started) announce its end here;
         returns its token."""
         token = next(self._tokens)
-        process.exit_channel = (self._write, token)
+        process.exit_channel = (self._write, token, self._base)
         return token
 
     def forked(self) -> None:
@@ -112,8 +124,8 @@ class ExitChannel:
         self._closer()
 
 
-def channel_of(process_obj: Any) -> Optional[Tuple[int, int]]:
-    """The (write end, token) ``process_obj`` announces its end on, or None."""
+def channel_of(process_obj: Any) -> Optional[Tuple[int, int, int]]:
+    """The (write end, token, resident KiB at its fork) ``process_obj`` announces its end with, or None."""
     return getattr(process_obj, "exit_channel", None)
 
 
@@ -123,18 +135,28 @@ def mark(process: Any, ending: Ending) -> None:
     process._popen.ended = ending
 
 
-def announce(channel: Tuple[int, int], code: int) -> None:
-    """In the worker, its last step before ``os._exit(code)``: close every other descriptor,
-    then write its record. Errors are swallowed: the parent then sees the exit itself, as
-    without a channel."""
-    fd, token = channel
+def announce(channel: Tuple[int, int, int], code: int) -> None:
+    """In the worker, its last step before ``os._exit(code)``: unless it has much memory of its
+    own, close every other descriptor, then write its record. Errors are swallowed: the parent
+    then sees the exit itself, as without a channel."""
+    fd, token, base = channel
     try:
+        mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        if max(0, mine.ru_maxrss - base) + mine.ru_minflt * _PAGE_KIB > PRIVATE_LIMIT:
+            return  # worth waiting for: its exit gives memory back
         _close_all_but(fd)
-        usage = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)  # as wait4 would tell
+        usage = max(mine.ru_maxrss, theirs.ru_maxrss)  # as wait4 would tell
         os.write(fd, _RECORD.pack(token, code & 0xFF, usage))  # & 0xFF: the status waitpid will give
     except BaseException:
         pass
+
+
+def _resident_kib() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_KIB
+    except (OSError, ValueError, IndexError):
+        return 1 << 40  # unknown: every worker counts as small by its growth (its faults still count)
 
 
 def _close_all_but(fd: int) -> None:
