@@ -40,6 +40,8 @@ import struct
 import weakref
 from typing import Any, List, NamedTuple, Optional, Tuple
 
+from . import posix
+
 __all__ = ["ExitChannel", "Ending", "announce", "channel_of", "mark"]
 
 # The worker's token, exit code, peak RSS in KiB: one write, far below PIPE_BUF (atomic).
@@ -70,7 +72,7 @@ def _close(fds: List[int]) -> None:
     for fd in fds:
         try:
             os.close(fd)
-        except OSError:
+        except OSError:  # closed already (a fork's child that closes all, the listing's own)
             pass
 
 
@@ -82,7 +84,8 @@ class ExitChannel:
     (records nobody read) loses a record, and its worker is then seen ending by its exit."""
 
     def __init__(self) -> None:
-        self._base = _resident_kib()  # the parent's, which its workers start with
+        # The parent's resident KiB, which its workers start with (unknown: only their faults count).
+        self._base = (posix.resident_bytes() or 1 << 50) // 1024
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
@@ -94,12 +97,9 @@ class ExitChannel:
         """The read end, to watch in a selector (a worker forked meanwhile should close it)."""
         return self._read
 
-    def attach(self, process: Any) -> int:
-        """Have ``process`` (an nbmp process object, not started) announce its end here;
-        returns its token."""
-        token = next(self._tokens)
-        process.exit_channel = (self._write, token, self._base)
-        return token
+    def attach(self, process: Any) -> None:
+        """Have ``process`` (an nbmp process object, not started) announce its end here."""
+        process.exit_channel = (self._write, next(self._tokens), self._base)
 
     def forked(self) -> None:
         """After the last fork: the parent's copy of the write end closed (the children have theirs)."""
@@ -108,17 +108,14 @@ class ExitChannel:
             os.close(self._write)
 
     def read(self) -> List[Ending]:
-        """The records written since the last read (none if nothing came)."""
-        endings: List[Ending] = []
-        while self._read in self._fds:  # not closed (its number may be another descriptor's by now)
-            try:
-                data = os.read(self._read, _RECORD.size * 256)
-            except (BlockingIOError, OSError):
-                return endings
-            endings += [Ending(token, code, kib * 1024) for token, code, kib in _RECORD.iter_unpack(data)]
-            if len(data) < _RECORD.size * 256:
-                break
-        return endings
+        """Up to 256 records written since the last read (a selector says when more wait)."""
+        if self._read not in self._fds:  # closed: its number may be another descriptor's by now
+            return []
+        try:
+            data = os.read(self._read, _RECORD.size * 256)
+        except OSError:  # nothing came (BlockingIOError)
+            return []
+        return [Ending(token, code, kib * 1024) for token, code, kib in _RECORD.iter_unpack(data)]
 
     def close(self) -> None:
         self._closer()
@@ -151,21 +148,11 @@ def announce(channel: Tuple[int, int, int], code: int) -> None:
         pass
 
 
-def _resident_kib() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE_KIB
-    except (OSError, ValueError, IndexError):
-        return 1 << 40  # unknown: every worker counts as small by its growth (its faults still count)
-
-
 def _close_all_but(fd: int) -> None:
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if 0 < limit <= _RANGE_LIMIT:
         os.closerange(0, fd)
         os.closerange(fd + 1, limit)
         return
-    for name in os.listdir("/proc/self/fd"):  # the listing's own descriptor is closed by then
-        if int(name) != fd:
-            _close([int(name)])
+    _close([int(name) for name in os.listdir("/proc/self/fd") if int(name) != fd])
 

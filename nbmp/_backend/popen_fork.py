@@ -18,7 +18,6 @@ import os
 import signal
 import sys
 import threading
-import time
 import warnings
 from multiprocessing import popen_fork, util
 from typing import Any, Callable, Generic, Iterator, List, Optional, Sequence, TextIO, Tuple, TypeVar
@@ -216,17 +215,15 @@ class PeakMemory:
         return self.returncode
 
     def reap(self) -> Optional[int]:
-        """Block until this child is reaped, here or by another thread's ``poll``; its exit code."""
-        while self.returncode is None:
+        """Block until this child, which announced its end, is reaped; its exit code (its word)."""
+        assert self.ended is not None, "reap() is for a child that announced its end (exits.mark)"
+        if self.returncode is None:
             try:
                 pid, status, usage = os.wait4(self.pid, 0)
-            except ChildProcessError:
-                if self.ended is not None:  # reaped by someone else's waitpid(-1): its word stands
-                    self.returncode = self.ended.code
-                else:
-                    time.sleep(0.01)  # another thread's poll reaped it and is setting returncode
-                continue
-            self._reaped(status, usage)
+            except ChildProcessError:  # reaped by another thread's poll, or a waitpid(-1): its word stands
+                self.returncode = self.ended.code
+            else:
+                self._reaped(status, usage)
         return self.returncode
 
     def _reaped(self, status: int, usage: Any) -> None:

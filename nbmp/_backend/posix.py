@@ -112,6 +112,22 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
     os.kill(os.getpid(), cast(int, DEATH_SIGNAL))  # not None: die_with_parent checked it
 
 
+def resident_bytes(pid: "int | str" = "self") -> Optional[int]:
+    """The resident memory of process ``pid`` (default: this one) in bytes, from /proc; None
+    where it cannot be read (gone, not Linux).
+
+    Example::
+
+        >>> resident_bytes() > 0
+        True
+    """
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def alive(pid: int) -> bool:
     """Whether process ``pid`` runs: it exists and, where /proc tells, is neither a zombie
     (dead, waiting to be reaped) nor being reaped (``X``, dead)."""

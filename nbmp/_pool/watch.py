@@ -91,8 +91,7 @@ def _rss(worker: _Worker, pid: int) -> Optional[int]:
             import psutil
             worker._ps = worker._ps or psutil.Process(pid)
             return int(worker._ps.memory_info().rss)
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return _posix.resident_bytes(pid)
     except Exception:  # the worker is gone, or no way to ask on this platform
         return None
 

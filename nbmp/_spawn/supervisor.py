@@ -29,7 +29,6 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._backend import exits
-from .._backend.exits import Ending, ExitChannel
 from .._backend.popen_fork import peak_rss
 from .._backend.posix import WakeUp
 from .._forking import ForkLock
@@ -73,7 +72,7 @@ class Supervisor:
     """Watches one run's workers from a daemon thread; see the module docstring."""
 
     def __init__(self, run_id: int, workers: List[Worker], events: Any, flush: Callable[[], None],
-                 grace_period: float, joined: bool = True, endings: Optional[ExitChannel] = None) -> None:
+                 grace_period: float, joined: bool = True, endings: Optional[exits.ExitChannel] = None) -> None:
         self.run_id = run_id
         self.workers = workers
         self.events = events
@@ -315,7 +314,7 @@ class Supervisor:
             except OSError:
                 pass
 
-    def _finish(self, worker: Worker, ending: Optional[Ending] = None) -> None:
+    def _finish(self, worker: Worker, ending: Optional[exits.Ending] = None) -> None:
         """The worker's process ended, or announced its end (``ending``, with every descriptor
         it had closed): take what it left in its pipes, then reap it (after the run, if it
         announced)."""
