@@ -60,6 +60,68 @@ pool.close(); pool.join()
                                 "[('first', 4)] [('third', 5)]"]
 
 
+# cloudpickle's by-value path for functions, refused: what still reaches the workers went by reference.
+NO_BY_VALUE = """
+from nbmp._backend import pickling
+def refused(self, func):
+    raise TypeError("sent by value: " + func.__qualname__)
+pickling.Pickler._dynamic_function_reduce = refused
+"""
+
+
+def test_a_lambda_written_where_the_pool_starts_goes_to_forked_workers_by_its_code():
+    out = run_main(NO_BY_VALUE + """
+import nbmp
+def made_later():
+    return lambda x: x * 3
+with nbmp.Pool(2) as pool:
+    print(pool.map(lambda x, k=10: (x + k, len("ab")), [1, 2]))
+    print(pool.starmap(lambda a, b: a - b, [(5, 1)]))
+    print(pool.apply(lambda: "applied"))
+    print(pool.map(made_later(), [2]))       # its code was there at the fork, in made_later's
+    print(pool.map(lambda x: globals() is __import__("sys").modules["__main__"].__dict__, [0]))
+    print(pool.apply(lambda d=None: (d, "x"), ()))
+""")
+    assert out.splitlines() == ["[(11, 2), (12, 2)]", "[4]", "applied", "[6]", "[True]", "(None, 'x')"]
+
+
+def test_a_function_the_workers_cannot_rebuild_from_its_code_alone_still_goes_by_value():
+    # The same program with cloudpickle's by-value path refused: each of these must need it.
+    cases = {
+        "closure": "k = 2\ndef make(k):\n    return lambda x: x + k\nf = make(k)",
+        "global": "k = 2\nf = lambda x: x + k",
+        "rebound builtin": "len = lambda s: 99\nf = lambda x: len([x])",
+        "keyword default": "f = lambda x, *, k=1: x + k",
+        "unplain default": "f = lambda x, k=[1]: x + k[0]",
+        "attribute": "f = lambda x: x\nf.tag = 1",
+        "code made after the fork": "f = None",
+    }
+    for name, definition in cases.items():
+        late = name == "code made after the fork"
+        out = run_main(NO_BY_VALUE + f"""
+import nbmp
+{definition}
+with nbmp.Pool(1) as pool:
+    if {late}:
+        exec(compile("f = lambda x: x + 1", "<a later cell>", "exec"))
+    try:
+        print(pool.map(f, [1]))
+    except Exception as error:
+        print("by value" if "sent by value" in str(error) else repr(error))
+""")
+        assert out.splitlines() == ["by value"], (name, out)
+
+
+def test_a_lambda_goes_by_value_to_the_result_of_a_rebound_builtin():
+    out = run_main("""
+import nbmp
+with nbmp.Pool(1) as pool:
+    len = lambda s: 99                        # after the fork: the workers' builtins would say 1
+    print(pool.map(lambda x: len([x]), [1]))
+""")
+    assert out.splitlines() == ["[99]"]
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_globals_set_by_the_initializer_are_seen_by_tasks(method):
     # The standard Pool's way to give each worker a model: the initializer sets a global.

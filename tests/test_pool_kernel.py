@@ -47,6 +47,24 @@ def test_a_warm_pool_reads_the_notebooks_data_without_pickling_it(kernel):
         kernel.run("pool.terminate(); del pool").raise_for_error()
 
 
+def test_a_lambda_written_in_the_cell_that_starts_the_pool_goes_by_its_code(kernel):
+    # The cell's lambda exists (as the cell's code) when the workers are forked: it goes as a
+    # reference to that code. With cloudpickle's by-value path refused, only that path works.
+    kernel.run("import nbmp\nfrom nbmp._backend import pickling\n"
+               "def refused(self, func):\n    raise TypeError('sent by value')\n"
+               "by_value = pickling.Pickler._dynamic_function_reduce\n"
+               "pickling.Pickler._dynamic_function_reduce = refused").raise_for_error()
+    try:
+        cell = kernel.run("with nbmp.Pool(2) as pool:\n    print(pool.map(lambda x: x * x, [1, 2, 3]))")
+        assert cell.raise_for_error().stdout.strip() == "[1, 4, 9]"
+        cell = kernel.run("pool = nbmp.Pool(1)")  # a later cell's lambda: not there at the fork
+        cell = kernel.run("try:\n    pool.map(lambda x: x, [1])\nexcept TypeError as e:\n    print(e)\n"
+                          "finally:\n    pool.terminate()")
+        assert "sent by value" in cell.raise_for_error().stdout
+    finally:
+        kernel.run("pickling.Pickler._dynamic_function_reduce = by_value").raise_for_error()
+
+
 def _wait_for(predicate, what: str) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not predicate():

@@ -40,7 +40,7 @@ from .._base.exceptions import NbmpError
 from . import main_module as _main_module, posix as _posix
 
 __all__ = ["PicklingError", "dumps", "dumps_plain", "plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
-           "collecting_single_use", "sending_to", "register_reducer", "register_framework_reducers", "refused_by_pickler",
+           "collecting_single_use", "sending_to", "receivers_inherited", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
@@ -181,6 +181,10 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
             inherited = getattr(_state, "inherited", None)
             if inherited is not None and inherited.holds(obj):  # the receivers have it: as the standard pickler
                 return NotImplemented
+            if inherited is not None and cls is FunctionType:
+                reduced = inherited.function_by_code(obj)  # a lambda whose code the receivers have
+                if reduced is not None:
+                    return reduced
             hidden = _hidden_standard_name(obj)
             if hidden is not None:
                 return hidden
@@ -281,7 +285,8 @@ def plain(obj: Any, depth: int = 2) -> bool:
 
 def dumps_plain_value(obj: Any) -> bytes:
     """:func:`dumps` of a value :func:`plain` accepts (``("ok", 3)``, a Pool's result message),
-    which ``pickle`` alone sends as nbmp's pickler would."""
+    or another that ``pickle`` alone sends as nbmp's pickler would (a Pool's map task whose
+    function is already reduced: ``nbmp._pool.sending.plain_task_bytes``)."""
     return pickle.dumps(obj, cloudpickle.DEFAULT_PROTOCOL)
 
 
@@ -402,6 +407,11 @@ class collecting_single_use:
         _state.releases = self.previous
         if self.previous is not None:  # an enclosing block collects them too
             self.previous.extend(self.found)
+
+
+def receivers_inherited() -> Any:
+    """The ``MainObjects`` the current :class:`sending_to` block pickles for, or None."""
+    return getattr(_state, "inherited", None)
 
 
 class sending_to:

@@ -171,7 +171,7 @@ class Pool(_stdpool.Pool):
             _posix.widen_pipe(queue_._writer.fileno())
         self._watch.outqueue = self._outqueue  # the reader gives back its lock (see frames)
         self._quick_get = self._watch.reader(self._outqueue._reader)
-        self._quick_put = self._watch.sender(self._inqueue._writer.send)
+        self._quick_put = self._watch.sender(self._inqueue._writer)
 
     @classmethod
     def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:

@@ -42,6 +42,7 @@ from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
 from .frames import FrameReader, StreamCut
+from .sending import plain_task_bytes
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
@@ -151,7 +152,7 @@ class Watch:
         if ctx.get_start_method() == "fork":
             if self.inherited is None:
                 self.inherited = MainObjects()
-            self.inherited.record()  # just before its fork: the stdlib starts it next
+            self.inherited.record(sys._getframe(1))  # just before its fork: the stdlib starts it next
         kwds["args"] = (*kwds.get("args", ()), slot, self.inherited)
         proc = ctx.Process(*args, **kwds)
         with self.lock:
@@ -344,8 +345,11 @@ class Watch:
 
     # -- the result thread's side ---------------------------------------------------
 
-    def sender(self, send: Callable[[Any], None]) -> Callable[[Any], None]:
-        """Wrap the task queue's ``send``: remember the tickets each task carries until its result."""
+    def sender(self, connection: Any) -> Callable[[Any], None]:
+        """The task queue's ``send`` on ``connection``: remember the tickets each task carries
+        until its result; a map's plain task skips nbmp's pickler (``plain_task_bytes``)."""
+        send, send_bytes = connection.send, connection.send_bytes
+
         def put(task: Any) -> None:
             if task is not None:
                 call = self.cache.get(task[0])
@@ -354,7 +358,11 @@ class Watch:
                         call.done()
                     return
             with _pickling.collecting_single_use() as releases, _pickling.sending_to(self.inherited):
-                send(task)
+                data = plain_task_bytes(task)
+                if data is None:
+                    send(task)
+                else:
+                    send_bytes(data)
             if releases and task is not None:
                 self.unread[(task[0], task[1])] = releases
         return put
