@@ -626,6 +626,24 @@ def test_killing_idle_workers_loses_nothing(ctx):
             assert pool.map(lambda x: x * round, range(6), chunksize=1) == [x * round for x in range(6)]
 
 
+def test_a_fork_pools_watcher_starts_at_its_first_loss_or_close_and_reports_the_loss():
+    # Started right after the forks, a thread waits for a core behind the children's exits:
+    # a fork Pool starts its watcher when it first replaces a worker, or at close().
+    with nbmp.Pool(2) as pool:
+        pids = pool.map(lambda _: os.getpid(), range(4), chunksize=1)
+        assert pool._watch._thread is None
+        os.kill(pids[0], signal.SIGKILL)
+        with pytest.raises(nbmp.WorkerLostError):  # a worker that dies holding a task is reported
+            pool.map(lambda x: os.kill(os.getpid(), signal.SIGKILL) if x == 0 else x, range(2), chunksize=1)
+        assert pool._watch._thread is not None
+    with nbmp.Pool(1) as pool:
+        pool.close()
+        assert pool._watch._thread is not None
+        pool.join()
+    with nbmp.get_context("forkserver").Pool(1) as pool:  # samples its workers' memory: from the start
+        assert pool._watch._thread is not None
+
+
 def test_the_watcher_ends_when_the_pools_finalizer_alone_terminates_it():
     # The interpreter's exit terminates a Pool left open through its finalizer, not
     # terminate(): the Pool's state still says it runs. The exit then waits for nbmp's
@@ -633,6 +651,8 @@ def test_the_watcher_ends_when_the_pools_finalizer_alone_terminates_it():
     pool = nbmp.Pool(2)
     try:
         assert pool.map(abs, [-1, -2]) == [1, 2]
+        assert pool._watch._thread is None  # a fork Pool that lost no worker has none yet (Watch.start)
+        pool._watch.watch_now()  # as the first replacement of a worker, or close(), starts it
         watcher = pool._watch._thread
         assert watcher is not None and watcher.is_alive()
         pool._terminate()  # the finalizer the exit runs
@@ -942,6 +962,7 @@ def test_a_pools_helper_threads_are_let_go_once_they_end(ctx):
     import weakref
     from nbmp._backend import daemons
     pool = ctx.Pool(2)
+    pool._watch.watch_now()  # a fork Pool's starts at its first loss or close (Watch.start)
     refs = [weakref.ref(t) for t in list(daemons._threads)]
     assert refs, "the Pool started its watcher"
     assert pool.map(abs, [-1, -2]) == [1, 2]

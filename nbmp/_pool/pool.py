@@ -202,6 +202,7 @@ class Pool(_stdpool.Pool):
 
         Results nobody waits for (those of a map a worker's death failed early) are still read
         until the workers are gone: a worker writing one must not block ``join``."""
+        self._watch.watch_now()  # a worker that dies from here on is not replaced, but may hold a lock
         super().close()
         if self._state == _stdpool.CLOSE:
             self._watch.read_late_results(self._result_handler)  # type: ignore[attr-defined]  # stdlib private

@@ -125,6 +125,9 @@ class Watch:
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
         self._wakeup: Optional[WakeUp] = None  # stop() wakes the watcher thread through it
+        self._starting = threading.Lock()  # the watcher thread is started once, never after stop()
+        self._wanted = False  # a replacement was made before start(): watch from the start
+        self.made = 0  # workers made: past nprocs, each is a replacement for one that ended
         # (job, index) -> what gives back the single-use parts (shared-memory tickets) the
         # task's pickle carries, until its result arrives; called if the Pool is terminated.
         self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
@@ -161,6 +164,10 @@ class Watch:
             # a worker: ignores SIGINT from its start, dies with the Pool's process
             proc.launch = stamp(Launch(index=index, nprocs=self.nprocs, worker=True))  # now: see stamp
             self.workers.append(_Worker(proc, slot, index))
+            self.made += 1
+            replacing = self.made > self.nprocs
+        if replacing:  # a worker ended (the stdlib's thread reaped it): what did it hold?
+            self.watch_now()
         return proc
 
     def name(self, job: int, what: str, func: Any, length: Optional[int] = None) -> None:
@@ -174,16 +181,33 @@ class Watch:
             self.lengths[job] = length
 
     def start(self, pool: Any) -> None:
+        """The Pool's workers and threads run. Its watcher thread starts now where it samples
+        the workers' memory (a forkserver Pool: see ``_Worker.sample_rss``), else at the first
+        replacement of a worker (a death: the stdlib's worker thread reaped it) or at
+        ``close()`` (:meth:`watch_now`). A thread started right after a round of forks waits
+        for a core behind the children's exits (~3 ms on two cores): a Pool that loses no
+        worker never pays it."""
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
-        self._wakeup = WakeUp()
-        self._thread = _daemons.start(self._run, name="nbmp-pool-watcher")
+        if self._wanted or pool._ctx.get_start_method() != "fork":
+            self.watch_now()
+
+    def watch_now(self) -> None:
+        """Start the watcher thread unless it runs, has run, or the Pool is not started yet
+        (then :meth:`start` does)."""
+        with self._starting:
+            self._wanted = True
+            if self._thread is not None or self._stopping or self._pool() is None:
+                return
+            self._wakeup = WakeUp()
+            self._thread = _daemons.start(self._run, name="nbmp-pool-watcher")
 
     def stop(self, wait: bool = True) -> None:
         """End the watcher thread now and, with ``wait``, wait for it (the Pool was terminated
         or joined)."""
-        first, self._stopping = not self._stopping, True
-        thread = self._thread
+        with self._starting:
+            first, self._stopping = not self._stopping, True
+            thread = self._thread
         if thread is None:
             return
         if first and self._wakeup is not None:
@@ -235,16 +259,17 @@ class Watch:
             wakeup.close()
 
     def _watch_workers(self, woken: int) -> None:
-        unreaped, sampled = 0, False
+        unreaped, timeout = 0, 0.0  # the first look at once: a death may be why it started
+        sample = False  # not at the start: the first TICK of a Pool is its busiest moment
         while self._watching():
             with self.lock:
                 workers = list(self.workers)
-            if sampled:  # not at the start: the first TICK of a Pool is its busiest moment
+            if sample:
                 for w in workers:
                     w.sample_rss()
-            sampled = True
             sentinels = [s for s in (w.sentinel() for w in workers) if s is not None]
-            ready = [s for s in wait([*sentinels, woken], timeout=TICK) if s != woken]
+            ready = [s for s in wait([*sentinels, woken], timeout=timeout) if s != woken]
+            sample, timeout = timeout > 0, TICK
             if self._stopping:
                 return
             # The stdlib's worker thread reaps the dead; reading the exit code it stored
