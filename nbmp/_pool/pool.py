@@ -143,6 +143,7 @@ class Pool(_stdpool.Pool):
             w.name = w.name.replace("Process", "PoolWorker")
             w.daemon = True
             made.append(w)
+        self._watch.populated = True  # the workers made from here on replace ended ones
         with fork_round():  # on a failed start, the stdlib's __init__ stops the workers in self._pool
             if made and all(isinstance(w, ForkProcess) for w in made):
                 try:

@@ -127,7 +127,7 @@ class Watch:
         self._wakeup: Optional[WakeUp] = None  # stop() wakes the watcher thread through it
         self._starting = threading.Lock()  # the watcher thread is started once, never after stop()
         self._wanted = False  # a replacement was made before start(): watch from the start
-        self.made = 0  # workers made: past nprocs, each is a replacement for one that ended
+        self.populated = False  # the Pool's first workers are made: each one made after replaces one that ended
         # (job, index) -> what gives back the single-use parts (shared-memory tickets) the
         # task's pickle carries, until its result arrives; called if the Pool is terminated.
         self.unread: Dict[Tuple[int, int], List[Callable[[], None]]] = {}
@@ -164,9 +164,7 @@ class Watch:
             # a worker: ignores SIGINT from its start, dies with the Pool's process
             proc.launch = stamp(Launch(index=index, nprocs=self.nprocs, worker=True))  # now: see stamp
             self.workers.append(_Worker(proc, slot, index))
-            self.made += 1
-            replacing = self.made > self.nprocs
-        if replacing:  # a worker ended (the stdlib's thread reaped it): what did it hold?
+        if self.populated:  # a worker ended (the stdlib's thread reaped it): what did it hold?
             self.watch_now()
         return proc
 
