@@ -119,7 +119,7 @@ class MainObjects:
                 or func.__dict__ or func.__annotations__ or getattr(func, "__type_params__", None):
             return None
         defaults, doc = func.__defaults__, func.__doc__
-        if defaults is not None and not all(value.__class__ in _PLAIN for value in defaults) \
+        if defaults is not None and not all(value.__class__ in ATOMS for value in defaults) \
                 or doc is not None and doc.__class__ is not str:
             return None
         if any(name in namespace or not hasattr(builtins, name) for name in _cloudpickle._extract_code_globals(code)):
@@ -127,7 +127,8 @@ class MainObjects:
         return _function_from_code, (self._key, id(code), func.__name__, func.__qualname__, defaults, doc)
 
 
-_PLAIN = frozenset({int, float, complex, bool, str, bytes, type(None)})
+# The types whose values every pickler writes alike (also pickling.plain's atoms).
+ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
 
 
 def _codes_of_main_frames(frame: Optional[FrameType]) -> Dict[int, CodeType]:

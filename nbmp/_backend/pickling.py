@@ -267,7 +267,7 @@ def dumps_plain(obj: Any) -> bytes:
         return buf.getvalue()
 
 
-_ATOMS = frozenset({int, float, complex, bool, str, bytes, type(None)})
+_ATOMS = _main_module.ATOMS
 
 
 def plain(obj: Any, depth: int = 2) -> bool:
