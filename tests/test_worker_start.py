@@ -9,6 +9,7 @@ import mmap
 import multiprocessing
 import multiprocessing.util
 import os
+import select
 import stat
 import sys
 import threading
@@ -18,6 +19,7 @@ import pytest
 
 import nbmp
 from nbmp._backend import exits, popen_fork
+from nbmp._spawn.supervisor import Supervisor
 from conftest import TIMEOUT
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nbmp's worker fork is Linux's (pidfds)")
@@ -41,9 +43,10 @@ def test_a_worker_holds_its_own_pipes_and_no_other_workers():
 
     def new_pipes(i):
         time.sleep(0.2)  # every worker is forked before any of them looks
-        channel = multiprocessing.current_process().exit_channel[0]  # where it will announce its end
+        # Where it will announce its end, and where it will wait for the run's end after that.
+        channel, _, _, held = multiprocessing.current_process().exit_channel
         pipes = {fd: inode for fd, inode in _pipes().items() if inode not in before}
-        return pipes, pipes.pop(channel, None)
+        return pipes, (pipes.pop(channel, None), pipes.pop(held, None))
 
     found = nbmp.spawn(new_pipes, nprocs=4, start_method="fork")
     seen = [pipes for pipes, _ in found]
@@ -51,8 +54,9 @@ def test_a_worker_holds_its_own_pipes_and_no_other_workers():
         # Of the run's pipes, its own stdout's and stderr's write ends, at 1 and 2: not the parent's
         # ends of any, nor another worker's (its result pipe is a socket pair, not counted here).
         assert sorted(pipes) == [1, 2] and pipes[1] != pipes[2], f"worker {i} holds these of the run's pipes: {pipes}"
-    # And the write end of the run's one exit channel (nbmp._backend.exits), the same pipe for all.
-    assert len({inode for _, inode in found}) == 1 and found[0][1] is not None
+    # And the write end of the run's one exit channel (nbmp._backend.exits) and the read end of
+    # its release, the same two pipes for all.
+    assert len({ends for _, ends in found}) == 1 and None not in found[0][1] and len(set(found[0][1])) == 2
     inodes = [set(p.values()) for p in seen]
     assert all(not (inodes[a] & inodes[b]) for a in range(4) for b in range(a + 1, 4)), "two workers share a pipe"
 
@@ -214,3 +218,76 @@ def test_an_announced_exit_code_is_the_one_waitpid_gives(code):
     with pytest.raises(nbmp.ProcessExitedException) as reaped:
         context.join(TIMEOUT)
     assert announced.value.exit_code == reaped.value.exit_code == code & 0xFF
+
+
+def _gone(pid, within):
+    """Whether process ``pid`` (a child of this one, reaped by its run's thread) is gone within ``within`` s."""
+    deadline = time.monotonic() + within
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not os.path.exists(f"/proc/{pid}")
+
+
+def _ends_first(i, flag, fail):
+    # Worker 0 ends at once; worker 1 until the test has looked at worker 0 (the flag), then ends or fails.
+    if i == 1:
+        deadline = time.monotonic() + TIMEOUT
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if fail:
+            raise ValueError("worker 1 fails")
+    return os.getpid()
+
+
+def _state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]  # R, S, Z...
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_an_ended_worker_waits_until_its_caller_has_the_outcome(tmp_path, monkeypatch, fail):
+    # After its record (nbmp._backend.exits) a worker with little memory of its own waits, its
+    # teardown out of the way of the run, until spawn has its outcome; then it exits at once, as
+    # a batch process that preempts no one (here the wait's own limit is 60 s, inherited by fork).
+    monkeypatch.setattr(exits, "PARK_LIMIT", 60.0)
+    flag, seen, kept = tmp_path / "looked", {}, []
+    start = Supervisor.start
+    monkeypatch.setattr(Supervisor, "start", lambda self: (kept.append(self), start(self))[1])  # no release when collected
+
+    def handle(event):
+        if type(event).__name__ == "WorkerExited" and event.index == 0:
+            seen["policy"] = os.sched_getscheduler(event.pid)
+            time.sleep(0.3)
+            seen["state"], seen["pid"] = _state(event.pid), event.pid  # still there, asleep
+            flag.touch()
+
+    sink = type("Sink", (), {"handle": staticmethod(handle)})()
+    if fail:
+        with pytest.raises(nbmp.ProcessRaisedException, match="worker 1 fails"):
+            nbmp.spawn(_ends_first, args=(str(flag), True), nprocs=2, start_method="fork", sinks=[sink])
+    else:
+        assert nbmp.spawn(_ends_first, args=(str(flag), False), nprocs=2, start_method="fork",
+                          sinks=[sink])[0] == seen["pid"]
+    assert seen["policy"] == os.SCHED_BATCH and seen["state"] == "S"
+    assert _gone(seen["pid"], 10.0), "the worker waited past the run's end"
+
+
+def test_an_ended_worker_left_waiting_exits_on_its_own(monkeypatch):
+    # A run whose end never comes (here: the channel is never closed) keeps a worker PARK_LIMIT s at most.
+    monkeypatch.setattr(exits, "PARK_LIMIT", 0.5)
+    channel = exits.ExitChannel()
+    process = type("Process", (), {})()
+    channel.attach(process)
+    pid = os.fork()
+    if pid == 0:
+        exits.announce(process.exit_channel, 7)
+        os._exit(7)
+    try:
+        channel.forked()
+        assert select.select([channel.fileno()], [], [], TIMEOUT)[0], "no record came"
+        (ending,) = channel.read()
+        assert (ending.token, ending.code) == (1, 7)
+        _, status = os.waitpid(pid, 0)  # its own limit ends the wait (pytest-timeout guards a hang)
+    finally:
+        channel.close()
+    assert os.waitstatus_to_exitcode(status) == 7

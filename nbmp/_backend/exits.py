@@ -7,13 +7,22 @@ pipe, ``waitpid``) waits for all of it: the kernel closes a dying process's desc
 and wakes its parent only after its memory is gone. A worker forked with an
 :class:`ExitChannel` instead, once its process object's life is over, closes every
 descriptor it holds but the channel's, writes one record -- its token, its exit code, its
-peak resident memory -- and calls ``os._exit``: by the time the parent reads the record the
+peak resident memory -- and exits: by the time the parent reads the record the
 worker has released everything but its memory, and its exit code is the one it is about to
 exit with. The parent marks the worker's ``Popen`` ``ended`` (:func:`mark`): its ``poll()``
 then gives that code, and it is reaped later, while the kernel frees its memory. A worker
 with much memory of its own (``PRIVATE_LIMIT``: pages it grew by or wrote, which its exit
 gives back to the machine) says nothing and is waited for as before: when the call
 returns, that memory is free again.
+
+A worker with little memory of its own (``PARK_PRIVATE_LIMIT``) then waits, before
+``os._exit``, until the run has ended (:meth:`ExitChannel.close`, which its caller calls once
+it has the run's outcome) or ``PARK_LIMIT`` seconds have passed, and exits as a batch process
+(``posix.run_as_batch``: woken, it takes a free CPU and preempts no one). Its teardown would
+otherwise take a CPU from the workers still running, from the parent's supervision and from
+the caller's next steps. On two cores, four workers of a torch parent tearing down during
+the run made ``spawn`` return ~4 ms later (docs/benchmarks.md, "Stop 51"). What a waiting
+worker holds meanwhile is its page tables and a few pages.
 
 Who reads the records: ``nbmp.spawn`` with ``join=True``, whose caller gets values and never
 the process objects (see ``nbmp._spawn.supervisor``): the run ends on its workers' word, and
@@ -29,6 +38,7 @@ Example::
     >>> channel.read()                   # once channel.fileno() is readable
     [Ending(token=1, code=0, peak_rss=52428800)]
     >>> mark(process, _[0])              # process.exitcode is 0 from now on; reap it later
+    >>> channel.close()                  # the run has ended: the waiting workers exit now
 """
 
 from __future__ import annotations
@@ -52,6 +62,12 @@ _RECORD = struct.Struct("=iiq")
 # waits until the kernel has given that memory back, as it would without a channel. Teardown of
 # the page tables a fork copied, which is what the announcement saves waiting for, frees nothing.
 PRIVATE_LIMIT = 64 << 10
+
+# A worker that announced its end waits for the run's end (``ExitChannel.close``) at most this
+# long (seconds) before its exit, and only with at most this much memory of its own (KiB): a
+# worker whose run goes on longer, or that holds more, exits at once after its record.
+PARK_LIMIT = 0.1
+PARK_PRIVATE_LIMIT = 16 << 10
 
 _PAGE_KIB = resource.getpagesize() // 1024
 
@@ -81,7 +97,10 @@ class ExitChannel:
 
     Tokens, not pids, name the workers: a record left unread in the pipe cannot be taken
     for a later worker that got the same pid. The write end does not block: a full pipe
-    (records nobody read) loses a record, and its worker is then seen ending by its exit."""
+    (records nobody read) loses a record, and its worker is then seen ending by its exit.
+
+    A second pipe releases the workers that wait after their record: :meth:`close` writes
+    one byte on it, which every waiting worker sees (none reads it)."""
 
     def __init__(self) -> None:
         # The parent's resident KiB, which its workers start with (unknown: only their faults count).
@@ -89,23 +108,31 @@ class ExitChannel:
         self._read, self._write = os.pipe()
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
+        self._held, self._release = os.pipe()  # the workers wait on _held until _release is written
         self._tokens = itertools.count(1)
-        self._fds = [self._read, self._write]
-        self._closer = weakref.finalize(self, _close, self._fds)
+        self._fds = [self._read, self._write, self._held, self._release]
+        self._closer = weakref.finalize(self, _release_and_close, self._release, self._fds)
 
     def fileno(self) -> int:
         """The read end, to watch in a selector (a worker forked meanwhile should close it)."""
         return self._read
 
+    def parent_ends(self) -> Tuple[int, int]:
+        """The descriptors only the parent uses (the records' read end, the release's write
+        end): a worker forked meanwhile closes its copies."""
+        return self._read, self._release
+
     def attach(self, process: Any) -> None:
         """Have ``process`` (an nbmp process object, not started) announce its end here."""
-        process.exit_channel = (self._write, next(self._tokens), self._base)
+        process.exit_channel = (self._write, next(self._tokens), self._base, self._held)
 
     def forked(self) -> None:
-        """After the last fork: the parent's copy of the write end closed (the children have theirs)."""
-        if self._write in self._fds:
-            self._fds.remove(self._write)
-            os.close(self._write)
+        """After the last fork: the parent's copies of the write end and of the waiting end
+        closed (the children have theirs)."""
+        for fd in (self._write, self._held):
+            if fd in self._fds:
+                self._fds.remove(fd)
+                os.close(fd)
 
     def read(self) -> List[Ending]:
         """Up to 256 records written since the last read (a selector says when more wait)."""
@@ -118,11 +145,22 @@ class ExitChannel:
         return [Ending(token, code, kib * 1024) for token, code, kib in _RECORD.iter_unpack(data)]
 
     def close(self) -> None:
+        """The run has ended: the workers waiting after their record exit now; every
+        descriptor left is closed. Idempotent, from any thread."""
         self._closer()
 
 
-def channel_of(process_obj: Any) -> Optional[Tuple[int, int, int]]:
-    """The (write end, token, resident KiB at its fork) ``process_obj`` announces its end with, or None."""
+def _release_and_close(release: int, fds: List[int]) -> None:
+    try:
+        os.write(release, b"\0")  # one byte, which every waiting worker sees; the pipe is empty: no block
+    except OSError:
+        pass
+    _close(fds)
+
+
+def channel_of(process_obj: Any) -> Optional[Tuple[int, int, int, int]]:
+    """The (write end, token, resident KiB at its fork, waiting end) ``process_obj`` announces
+    its end with, or None."""
     return getattr(process_obj, "exit_channel", None)
 
 
@@ -132,27 +170,36 @@ def mark(process: Any, ending: Ending) -> None:
     process._popen.ended = ending
 
 
-def announce(channel: Tuple[int, int, int], code: int) -> None:
+def announce(channel: Tuple[int, int, int, int], code: int) -> None:
     """In the worker, its last step before ``os._exit(code)``: unless it has much memory of its
-    own, close every other descriptor, then write its record. Errors are swallowed: the parent
+    own, close every other descriptor, write its record, and (with little memory of its own)
+    wait for the run's end, at most ``PARK_LIMIT`` seconds. Errors are swallowed: the parent
     then sees the exit itself, as without a channel."""
-    fd, token, base = channel
+    fd, token, base, held = channel
     try:
         mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        if max(0, mine.ru_maxrss - base) + mine.ru_minflt * _PAGE_KIB > PRIVATE_LIMIT:
+        own = max(0, mine.ru_maxrss - base) + mine.ru_minflt * _PAGE_KIB
+        if own > PRIVATE_LIMIT:
             return  # worth waiting for: its exit gives memory back
-        _close_all_but(fd)
+        _close_all_but(fd, held)
+        waits = own <= PARK_PRIVATE_LIMIT
+        if waits:  # before the record: once released, this worker's exit pushes no one off a CPU
+            posix.run_as_batch()
         usage = max(mine.ru_maxrss, theirs.ru_maxrss)  # as wait4 would tell
         os.write(fd, _RECORD.pack(token, code & 0xFF, usage))  # & 0xFF: the status waitpid will give
+        if waits:
+            posix.ready(held, PARK_LIMIT)
     except BaseException:
         pass
 
 
-def _close_all_but(fd: int) -> None:
+def _close_all_but(*kept: int) -> None:
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if 0 < limit <= _RANGE_LIMIT:
-        os.closerange(0, fd)
-        os.closerange(fd + 1, limit)
+        low = 0
+        for fd in sorted(kept):
+            os.closerange(low, fd)
+            low = fd + 1
+        os.closerange(low, limit)
         return
-    _close([int(name) for name in os.listdir("/proc/self/fd") if int(name) != fd])
-
+    _close([int(name) for name in os.listdir("/proc/self/fd") if int(name) not in kept])

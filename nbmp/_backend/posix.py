@@ -290,6 +290,27 @@ def default_termination() -> None:
     _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
+def run_as_batch() -> None:
+    """Let this process, when it wakes, wait for a free CPU or its turn instead of taking one
+    from the process running there (Linux's ``SCHED_BATCH``: the same share of CPU time, no
+    preemption on wake-up); nothing where the OS lacks it. For work that can wait a little,
+    such as a finished worker's exit, which should not push its caller off a CPU. Needs no
+    privilege; a refusal is ignored. (Not ``SCHED_IDLE``: an idle-priority exit that the
+    machine's other work starves can hold a lock the parent's next fork needs, and the
+    parent then waits for it: 200-400 ms stalls measured, docs/benchmarks.md "Stop 51".)
+
+    Example (what a parked worker does, see ``nbmp._backend.exits``)::
+
+        >>> run_as_batch()
+        >>> os.sched_getscheduler(0) == os.SCHED_BATCH
+        True
+    """
+    try:
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
+
+
 PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask
 
 

@@ -193,8 +193,14 @@ class Supervisor:
                 self._emits[fd] = emit = self._emitter(worker.index, stream)
                 self._splitters[fd] = LineSplitter(emit)
                 self._selector.register(fd, selectors.EVENT_READ, ("output", worker))
-        endings = () if self._endings is None else (self._endings.fileno(),)
+        endings = () if self._endings is None else self._endings.parent_ends()
         return (*self._wakeup.descriptors(), self._selector.fileno(), *endings)
+
+    def let_workers_exit(self) -> None:
+        """The caller has the run's outcome (values or error): the workers that announced their
+        ends and wait (``nbmp._backend.exits``) exit now, their teardowns after the return. Idempotent."""
+        if self._endings is not None:
+            self._endings.close()
 
     def discard(self) -> None:
         """The run did not start (a worker's start failed): let go of the selector and the
@@ -381,8 +387,6 @@ class Supervisor:
             worker.result_pipe.close()
         self._selector.close()
         self._wakeup.close()
-        if self._endings is not None:
-            self._endings.close()
 
 
 def _supervise(holder: List[Supervisor], context: contextvars.Context) -> None:
