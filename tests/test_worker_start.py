@@ -10,6 +10,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import select
+import signal
 import stat
 import sys
 import threading
@@ -291,3 +292,25 @@ def test_an_ended_worker_left_waiting_exits_on_its_own(monkeypatch):
     finally:
         channel.close()
     assert os.waitstatus_to_exitcode(status) == 7
+
+
+def test_ended_workers_are_let_go_when_an_interrupt_stops_the_run_as_it_starts(monkeypatch):
+    # The interrupt is raised once the run has started (spawn defers it): the workers have
+    # ended and wait by then, and spawn's way out through the interrupt lets them go too.
+    monkeypatch.setattr(exits, "PARK_LIMIT", 60.0)
+    kept, pids = [], []
+    start = Supervisor.start
+
+    def start_then_interrupt(self):
+        kept.append(self)  # no release when collected
+        start(self)
+        deadline = time.monotonic() + TIMEOUT
+        while not all(w.process._popen.ended for w in self.workers) and time.monotonic() < deadline:
+            time.sleep(0.01)  # every worker has said it ends, and waits
+        pids.extend(w.process.pid for w in self.workers)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(Supervisor, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        nbmp.spawn(_ends_first, args=("unused", False), nprocs=1, start_method="fork")
+    assert pids and all(_gone(pid, 10.0) for pid in pids), "a worker waited past the interrupted run"

@@ -234,15 +234,15 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
             stop.attach(process_context._supervisor)
         if not join:
             return process_context
-        try:
-            while not process_context.join():
-                pass
-        finally:
-            process_context._supervisor.let_workers_exit()  # once the caller has its outcome
+        while not process_context.join():
+            pass
     except KeyboardInterrupt:  # also one that came just before join was entered
         if process_context is not None:
             process_context._stop_after_interrupt()
         raise
+    finally:
+        if join and process_context is not None:
+            process_context._supervisor.let_workers_exit()  # the caller has the outcome (or an interrupt)
     return process_context.results
 
 
