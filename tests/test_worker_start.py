@@ -22,6 +22,7 @@ import nbmp
 from nbmp._backend import exits, popen_fork
 from nbmp._spawn.supervisor import Supervisor
 from conftest import TIMEOUT
+from helpers import wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nbmp's worker fork is Linux's (pidfds)")
 
@@ -221,20 +222,15 @@ def test_an_announced_exit_code_is_the_one_waitpid_gives(code):
     assert announced.value.exit_code == reaped.value.exit_code == code & 0xFF
 
 
-def _gone(pid, within):
-    """Whether process ``pid`` (a child of this one, reaped by its run's thread) is gone within ``within`` s."""
-    deadline = time.monotonic() + within
-    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-        time.sleep(0.01)
+def _gone(pid):
+    """Process ``pid`` (a child of this one, reaped by its run's thread) no longer exists."""
     return not os.path.exists(f"/proc/{pid}")
 
 
 def _ends_first(i, flag, fail):
     # Worker 0 ends at once; worker 1 until the test has looked at worker 0 (the flag), then ends or fails.
     if i == 1:
-        deadline = time.monotonic() + TIMEOUT
-        while not os.path.exists(flag) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: os.path.exists(flag), "the test has looked at worker 0", TIMEOUT)
         if fail:
             raise ValueError("worker 1 fails")
     return os.getpid()
@@ -270,7 +266,7 @@ def test_an_ended_worker_waits_until_its_caller_has_the_outcome(tmp_path, monkey
         assert nbmp.spawn(_ends_first, args=(str(flag), False), nprocs=2, start_method="fork",
                           sinks=[sink])[0] == seen["pid"]
     assert seen["policy"] == os.SCHED_BATCH and seen["state"] == "S"
-    assert _gone(seen["pid"], 10.0), "the worker waited past the run's end"
+    wait_until(lambda: _gone(seen["pid"]), "the worker exits after the run's end (not its 60 s limit)", 10)
 
 
 def test_an_ended_worker_left_waiting_exits_on_its_own(monkeypatch):
@@ -304,13 +300,12 @@ def test_ended_workers_are_let_go_when_an_interrupt_stops_the_run_as_it_starts(m
     def start_then_interrupt(self):
         kept.append(self)  # no release when collected
         start(self)
-        deadline = time.monotonic() + TIMEOUT
-        while not all(w.process._popen.ended for w in self.workers) and time.monotonic() < deadline:
-            time.sleep(0.01)  # every worker has said it ends, and waits
+        wait_until(lambda: all(w.process._popen.ended for w in self.workers), "every worker has said it ends", TIMEOUT)
         pids.extend(w.process.pid for w in self.workers)
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(Supervisor, "start", start_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         nbmp.spawn(_ends_first, args=("unused", False), nprocs=1, start_method="fork")
-    assert pids and all(_gone(pid, 10.0) for pid in pids), "a worker waited past the interrupted run"
+    assert pids
+    wait_until(lambda: all(_gone(pid) for pid in pids), "the workers exit after the interrupted run", 10)
