@@ -26,9 +26,10 @@ worker holds meanwhile is its page tables and a few pages.
 
 Who reads the records: ``nbmp.spawn`` with ``join=True``, whose caller gets values and never
 the process objects (see ``nbmp._spawn.supervisor``): the run ends on its workers' word, and
-the last worker's teardown no longer delays the return. (A Pool's terminate gains nothing
-from it on two cores: its four workers' teardowns take both cores before the parent could
-read their word; docs/benchmarks.md, "Stop 49".)
+the last worker's teardown no longer delays the return. A Pool's idle workers announce only
+when told to, at a terminate with nothing in flight (:func:`farewell`, ``nbmp._pool.farewell``).
+Workers let go are remembered (:func:`leaving`) until the next round of forks, which waits
+for their teardowns first (:func:`wait_for_leavers`).
 
 Example::
 
@@ -46,13 +47,15 @@ from __future__ import annotations
 import itertools
 import os
 import resource
+import signal
 import struct
+import time
 import weakref
 from typing import Any, List, NamedTuple, Optional, Tuple
 
 from . import posix
 
-__all__ = ["ExitChannel", "Ending", "announce", "channel_of", "mark"]
+__all__ = ["ExitChannel", "Ending", "announce", "channel_of", "farewell", "leaving", "mark", "wait_for_leavers"]
 
 # The worker's token, exit code, peak RSS in KiB: one write, far below PIPE_BUF (atomic).
 _RECORD = struct.Struct("=iiq")
@@ -124,7 +127,14 @@ class ExitChannel:
 
     def attach(self, process: Any) -> None:
         """Have ``process`` (an nbmp process object, not started) announce its end here."""
-        process.exit_channel = (self._write, next(self._tokens), self._base, self._held)
+        process.exit_channel = self.ends()
+
+    def ends(self) -> Tuple[int, int, int, int]:
+        """A new worker's (write end, token, resident KiB at its fork, waiting end): what
+        :func:`announce` and :func:`farewell` take. For a worker that announces only when
+        told to (see ``nbmp._pool.farewell``): the parent keeps these ends open for the
+        workers it forks later, and does not call :meth:`forked`."""
+        return self._write, next(self._tokens), self._base, self._held
 
     def forked(self) -> None:
         """After the last fork: the parent's copies of the write end and of the waiting end
@@ -175,6 +185,11 @@ def announce(channel: Tuple[int, int, int, int], code: int) -> None:
     own, close every other descriptor, write its record, and (with little memory of its own)
     wait for the run's end, at most ``PARK_LIMIT`` seconds. Errors are swallowed: the parent
     then sees the exit itself, as without a channel."""
+    _announce(channel, code & 0xFF)  # the status waitpid will give
+
+
+def _announce(channel: Tuple[int, int, int, int], code: int) -> None:
+    """:func:`announce`, with ``code`` the one to record (negative: a death by that signal)."""
     fd, token, base, held = channel
     try:
         mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -186,11 +201,59 @@ def announce(channel: Tuple[int, int, int, int], code: int) -> None:
         if waits:  # before the record: once released, this worker's exit pushes no one off a CPU
             posix.run_as_batch()
         usage = max(mine.ru_maxrss, theirs.ru_maxrss)  # as wait4 would tell
-        os.write(fd, _RECORD.pack(token, code & 0xFF, usage))  # & 0xFF: the status waitpid will give
+        os.write(fd, _RECORD.pack(token, code, usage))
         if waits:
             posix.ready(held, PARK_LIMIT)
     except BaseException:
         pass
+
+
+def farewell(channel: Tuple[int, int, int, int], signum: int = signal.SIGTERM) -> None:
+    """In a worker told to go (from a signal handler): announce an end by ``signum`` (and wait,
+    as :func:`announce` does), then die of it, as a ``terminate()`` would have killed it."""
+    try:
+        _announce(channel, -signum)
+    finally:
+        posix.die_of(signum)
+
+
+# Workers let go whose teardowns may still run: (the parent's pid, their pids).
+_leaving: Tuple[int, List[int]] = (0, [])
+
+# How long a round of forks waits at most for the teardowns of the workers let go before it.
+LEAVERS_LIMIT = 0.05
+
+
+def leaving(pids: List[int]) -> None:
+    """Workers that were let go (this process's children): their teardowns run from now on,
+    and the next round of forks waits for them (:func:`wait_for_leavers`)."""
+    global _leaving
+    owner, pending = _leaving
+    if owner != os.getpid():
+        _leaving = owner, pending = os.getpid(), []
+    pending.extend(pids)
+
+
+def wait_for_leavers(limit: Optional[float] = None) -> None:
+    """Before a round of forks: until the workers let go before it are gone, at most ``limit``
+    seconds (default ``LEAVERS_LIMIT``). A parent's fork and the teardown of one of its children
+    take the same locks (those of the memory areas they share), so the two at once each wait
+    for the other: a loop of ``with Pool(4)`` calls was ~10% slower than with this wait
+    (docs/benchmarks.md, "Stop 52"). The workers are forgotten after one wait."""
+    global _leaving
+    owner, pending = _leaving
+    if owner != os.getpid() or not pending:
+        return
+    _leaving = owner, []
+    deadline = time.monotonic() + (LEAVERS_LIMIT if limit is None else limit)
+    for pid in pending:
+        try:
+            while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.0002)
+        except OSError:  # reaped already
+            pass
 
 
 def _close_all_but(*kept: int) -> None:

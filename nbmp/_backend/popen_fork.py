@@ -329,6 +329,7 @@ def fork_workers(processes: Sequence[Any], started: List[Popen]) -> None:
     """
     if not processes:
         return
+    exits.wait_for_leavers()
     if not _round.quiesced:
         util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it. Popen.__init__'s flush
     in_round = _quiesce(processes[0])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import queue
+import threading
 import time
 from collections import deque
 from multiprocessing.connection import Connection, wait
@@ -39,6 +40,7 @@ from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks 
 from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
+from .farewell import TOLD
 from .frames import StreamCut
 from .results import sliced
 from .sending import Prepickled
@@ -180,8 +182,11 @@ class Pool(_stdpool.Pool):
         # it would make terminate() hang, so wait a bounded time and drain regardless.
         # An idle worker holds that lock while it waits for a task: with nothing queued there
         # is nothing to drain and no reason to wait for it (an interrupt must end at once).
-        if not inqueue._reader.poll():
-            return  # nothing queued to drain; an idle worker's hold ends with the worker (ms sooner)
+        if inqueue in SETTLED or not inqueue._reader.poll():
+            # Nothing queued to drain (a settled Pool's task pipe holds at most the sentinels
+            # for its idle workers, who may have been told to go holding the lock); an idle
+            # worker's hold ends with the worker (ms sooner).
+            return
         deadline = time.monotonic() + (0.1 if inqueue in BROKEN_QUEUES else 5.0)
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():
@@ -213,11 +218,19 @@ class Pool(_stdpool.Pool):
         # Deaths from here on are the terminate's own: the watcher leaves first, so that it
         # does not wake (and take a core) for each worker the terminate stops.
         self._watch.stop(wait=False)
+        told = None
         if self._state != _stdpool.TERMINATE:
             self._state = _stdpool.TERMINATE  # no call is taken from here on (the stdlib's terminate sets it too)
             if self._watch.settled(getattr(self, "_taskqueue", None)):  # the stdlib's; None: __init__ never got there
                 SETTLED.add(self._outqueue)
-        super().terminate()
+                SETTLED.add(self._inqueue)
+                # Its idle workers go by themselves rather than be killed and waited for (farewell).
+                told = TOLD[self._outqueue] = self._watch.farewell.tell(self._watch.idle())
+        try:
+            super().terminate()
+        finally:
+            if told is not None:
+                told.release()  # the marked workers exit now; a thread reaps them
         self._watch.stop()
         self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
         self._drop_queues()
@@ -350,6 +363,19 @@ class Pool(_stdpool.Pool):
         if not (outqueue in SETTLED and not cache):
             _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
                            name="nbmp-pool-unblock")
+        told = TOLD.pop(outqueue, None)
+        if told is not None:  # idle workers told to go (terminate): their word, once none can be replaced
+            # Milliseconds with nothing in flight; an interrupt raised halfway would leave the
+            # workers unkilled (the Pool's finalizer runs once), so it is raised at the end.
+            with _posix.interrupts_deferred():
+                worker_handler._state = _stdpool.TERMINATE  # what the stdlib's does first, and then waits for
+                change_notifier.put(None)
+                if threading.current_thread() is not worker_handler:
+                    worker_handler.join()
+                told.hear()  # the workers that announced are marked ended: not killed, not joined below
+                super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
+                                        worker_handler, task_handler, result_handler, cache)
+            return
         super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
                                 worker_handler, task_handler, result_handler, cache)
 

@@ -36,11 +36,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._backend import daemons as _daemons, pickling as _pickling, posix as _posix
 from .._backend.main_module import MainObjects
+from .._backend.process import ForkProcess
 from .._backend.popen_fork import PeakMemory, peak_rss
 from .._backend.posix import WakeUp
 from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
+from .farewell import Farewell
 from .frames import FrameReader, StreamCut
 from .sending import plain_task_bytes
 from .worker import Slot, timed, worker
@@ -97,6 +99,12 @@ def _rss(worker: _Worker, pid: int) -> Optional[int]:
         return None
 
 
+def _forks_nbmp_workers(ctx: Any) -> bool:
+    """Whether ``ctx`` makes nbmp's forked processes, whose ``Popen`` can be marked ended."""
+    process = getattr(ctx, "Process", None)
+    return isinstance(process, type) and issubclass(process, ForkProcess)
+
+
 def _have_psutil() -> bool:
     try:
         import psutil  # noqa: F401
@@ -140,6 +148,7 @@ class Watch:
         # The __main__ functions and classes every worker inherited (a fork context's Pool):
         # tasks name them by reference, as the standard Pool does (see _backend.main_module).
         self.inherited: Optional[MainObjects] = None
+        self.farewell = Farewell()  # what nbmp's forked workers are told at a settled terminate
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -156,8 +165,11 @@ class Watch:
             if self.inherited is None:
                 self.inherited = MainObjects()
             self.inherited.record(sys._getframe(1))  # just before its fork: the stdlib starts it next
-        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited)
+        farewell = self.farewell.ends() if _forks_nbmp_workers(ctx) else None
+        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited, farewell)
         proc = ctx.Process(*args, **kwds)
+        if farewell is not None:
+            proc.farewell_token = farewell[1]
         with self.lock:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
             index = next(i for i in range(len(self.workers) + 1) if i not in used)
@@ -230,6 +242,13 @@ class Watch:
         with self.lock:
             workers = list(self.workers)
         return all(w.slot.view[PHASE] in _HOLDS_NOTHING for w in workers)
+
+    def idle(self) -> List[Any]:
+        """The processes of the workers that wait for a task or for the task queue's lock (past
+        their initializer: what a settled terminate tells to go, see ``farewell``)."""
+        with self.lock:
+            workers = list(self.workers)
+        return [w.proc for w in workers if w.slot.view[PHASE] in (IDLE, WAITING) and w.proc._popen is not None]
 
     def _live_pool(self) -> Any:
         """The Pool, unless it is gone or being terminated: by ``terminate()``, or by its
