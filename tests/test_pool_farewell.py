@@ -57,6 +57,7 @@ def test_a_settled_pools_workers_go_by_themselves_and_are_reaped(monkeypatch):
         wait_until(lambda: _gone(w.pid), "the worker exits and is reaped after the terminate (not its 60 s limit)", 10)
     wait_until(lambda: all(w._popen.returncode == -signal.SIGTERM for w in workers), "the reaper thread reaps them")
     assert not nbmp.active_children()
+    assert not pool._watch.farewell._channel._closer.alive  # its descriptors closed with the Pool's end
 
 
 def test_a_terminate_with_a_task_running_kills_as_before():
@@ -113,6 +114,7 @@ def test_close_and_join_end_the_workers_as_the_stdlib_does():
         pool.join()
     assert [w._popen.ended for w in workers] == [None, None]
     assert [w.exitcode for w in workers] == [0, 0]
+    assert not pool._watch.farewell._channel._closer.alive
 
 
 def test_a_standard_context_pool_is_ended_the_stdlib_way():

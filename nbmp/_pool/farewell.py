@@ -77,7 +77,8 @@ class Farewell:
         return Told(self._channel, told)
 
     def close(self) -> None:
-        """The channel's descriptors closed, its waiting workers let go. Idempotent."""
+        """The channel's descriptors closed (the Pool has ended), its waiting workers let go.
+        Idempotent."""
         if self._channel is not None:
             self._channel.close()
 
@@ -133,4 +134,6 @@ class Told:
 
 def _reap(processes: List[Any]) -> None:
     for process in processes:
-        process._popen.reap()
+        popen = process._popen
+        if popen is not None:  # None: the process object was closed, and reaped, meanwhile
+            popen.reap()

@@ -263,6 +263,7 @@ class Pool(_stdpool.Pool):
             self._cache.notifier = self._change_notifier = None
             self._watch.inqueue = self._watch.outqueue = None
             self._watch.drop_reader()
+            self._watch.farewell.close()  # its four descriptors, which a Pool kept by a notebook would hold
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:
