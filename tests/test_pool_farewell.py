@@ -38,16 +38,18 @@ def test_a_settled_pools_workers_go_by_themselves_and_are_reaped(monkeypatch):
     # terminate has marked them, and gone soon after it (the release, not the limit).
     monkeypatch.setattr(exits, "PARK_LIMIT", 60.0)
     seen = {}
-    release = farewell.Told.release
+    release = farewell.Farewell.release
 
     def look_then_release(self):
+        if not self._marked:  # called again with the Pool's queues: nobody left to look at
+            return release(self)
         seen["policies"] = [os.sched_getscheduler(p.pid) for p in self._marked]
         # each asleep, waiting (under load one may not have got there yet: it does, for 60 s)
         wait_until(lambda: [_state(p.pid) for p in self._marked] == ["S", "S"], "the workers wait")
         seen["states"] = [_state(p.pid) for p in self._marked]
         release(self)
 
-    monkeypatch.setattr(farewell.Told, "release", look_then_release)
+    monkeypatch.setattr(farewell.Farewell, "release", look_then_release)
     with nbmp.Pool(2) as pool:
         assert pool.map(lambda x: x * 2, range(8)) == [0, 2, 4, 6, 8, 10, 12, 14]
         workers = list(pool._pool)
@@ -60,6 +62,17 @@ def test_a_settled_pools_workers_go_by_themselves_and_are_reaped(monkeypatch):
     wait_until(lambda: all(w._popen.returncode == -signal.SIGTERM for w in workers), "the reaper thread reaps them")
     assert not nbmp.active_children()
     assert not pool._watch.farewell._channel._closer.alive  # its descriptors closed with the Pool's end
+    assert exits._leaving[0] == os.getpid() and sorted(exits._leaving[1]) == sorted(w.pid for w in workers)  # the next forks wait
+
+
+def _pid(i):
+    return os.getpid()
+
+
+def test_spawns_ended_workers_are_waited_for_by_the_next_round_of_forks():
+    exits.wait_for_leavers(0)  # forgets what earlier tests let go
+    pids = nbmp.spawn(_pid, nprocs=2, start_method="fork")
+    assert sorted(exits._leaving[1]) == sorted(pids) and exits._leaving[0] == os.getpid()
 
 
 def test_a_terminate_with_a_task_running_kills_as_before():

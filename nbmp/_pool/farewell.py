@@ -22,10 +22,10 @@ Example (what ``Pool`` does)::
     >>> farewell = Farewell()
     >>> ends = farewell.ends()                   # a worker's last argument, before its fork
     >>> process.farewell_token = ends[1]
-    >>> told = farewell.tell(idle_processes)     # at a settled terminate
-    >>> told.hear()                              # once the worker thread has ended
+    >>> farewell.tell(idle_processes)            # at a settled terminate
+    >>> farewell.hear()                          # once the worker thread has ended
     >>> ...                                      # the stdlib's terminate: the marked ones are done
-    >>> told.release()                           # they exit now, reaped by a thread
+    >>> farewell.release()                       # they exit now, reaped by a thread
 """
 
 from __future__ import annotations
@@ -38,20 +38,23 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .._backend import daemons as _daemons, exits as _exits, posix as _posix
 
-__all__ = ["Farewell", "Told", "TOLD", "ANSWER_LIMIT"]
+__all__ = ["Farewell", "TOLD", "ANSWER_LIMIT"]
 
-# The result queues of Pools whose terminate told their idle workers to go -> what it told.
-TOLD: "weakref.WeakKeyDictionary[Any, Told]" = weakref.WeakKeyDictionary()
+# The result queues of Pools whose terminate told their idle workers to go -> their Farewell
+# (the stdlib's _terminate_pool, a classmethod, gets the queues, not the Pool).
+TOLD: "weakref.WeakKeyDictionary[Any, Farewell]" = weakref.WeakKeyDictionary()
 
 ANSWER_LIMIT = 0.5  # seconds a told worker has to announce its end before it is killed as before
 
 
 class Farewell:
     """One Pool's exit channel, made at its first worker, through which its idle workers are
-    told to go at a settled terminate."""
+    told to go at a settled terminate (once: a Pool terminates once)."""
 
     def __init__(self) -> None:
         self._channel: Optional[_exits.ExitChannel] = None
+        self._told: Dict[int, Any] = {}  # token -> a worker told to go, until its word or the limit
+        self._marked: List[Any] = []  # the workers that gave it, until they are let go
 
     def ends(self) -> Tuple[int, int, int, int]:
         """The channel's ends for a worker not yet forked, which its loop is given; the
@@ -60,35 +63,20 @@ class Farewell:
             self._channel = _exits.ExitChannel()
         return self._channel.ends()
 
-    def tell(self, processes: Iterable[Any]) -> "Told":
+    def tell(self, processes: Iterable[Any]) -> None:
         """Tell each of ``processes`` (idle workers of a Pool being terminated, nbmp's forked
-        ones) to go: each announces its end, then waits for :meth:`Told.release`."""
-        told: Dict[int, Any] = {}
-        if self._channel is not None and _posix.LET_GO is not None:
-            for process in processes:
-                token, popen = getattr(process, "farewell_token", None), getattr(process, "_popen", None)
-                if token is None or popen is None or popen.returncode is not None or popen.ended is not None:
-                    continue
-                try:
-                    os.kill(process.pid, _posix.LET_GO)
-                except OSError:  # gone meanwhile: the terminate sees it
-                    continue
-                told[token] = process
-        return Told(self._channel, told)
-
-    def close(self) -> None:
-        """The channel's descriptors closed (the Pool has ended), its waiting workers let go.
-        Idempotent."""
-        if self._channel is not None:
-            self._channel.close()
-
-
-class Told:
-    """The workers a :class:`Farewell` told to go, until they are let go."""
-
-    def __init__(self, channel: Optional[_exits.ExitChannel], told: Dict[int, Any]) -> None:
-        self._channel, self._told = channel, told
-        self._marked: List[Any] = []
+        ones) to go: each announces its end, then waits for :meth:`release`."""
+        if self._channel is None or _posix.LET_GO is None:
+            return
+        for process in processes:
+            token, popen = getattr(process, "farewell_token", None), getattr(process, "_popen", None)
+            if token is None or popen is None or popen.returncode is not None or popen.ended is not None:
+                continue
+            try:
+                os.kill(process.pid, _posix.LET_GO)
+            except OSError:  # gone meanwhile: the terminate sees it
+                continue
+            self._told[token] = process
 
     def hear(self) -> None:
         """Wait for the told workers' word (``ANSWER_LIMIT`` seconds at most) and mark those
@@ -116,8 +104,9 @@ class Told:
         told.clear()
 
     def release(self) -> None:
-        """The terminate is done: the told workers exit now (each would at most
-        ``exits.PARK_LIMIT`` after its word), and a thread reaps the marked ones. Idempotent."""
+        """The Pool has ended: the channel is closed, so the told workers exit now (each would
+        at most ``exits.PARK_LIMIT`` after its word), and a thread reaps the marked ones.
+        Idempotent; also for a Pool that told no one (its descriptors closed)."""
         marked, self._marked = self._marked, []
         reaper = None
         if marked:  # started first: once the workers are let go, a new thread waits for a CPU (ms)
@@ -125,8 +114,8 @@ class Told:
                 reaper = _daemons.start(_reap, marked, name="nbmp-pool-reap")
             except RuntimeError:  # no new thread (the interpreter is exiting): reaped here
                 pass
-        if self._channel is not None:
             _exits.leaving([p.pid for p in marked])
+        if self._channel is not None:
             self._channel.close()
         if marked and reaper is None:
             _reap(marked)

@@ -218,19 +218,21 @@ class Pool(_stdpool.Pool):
         # Deaths from here on are the terminate's own: the watcher leaves first, so that it
         # does not wake (and take a core) for each worker the terminate stops.
         self._watch.stop(wait=False)
-        told = None
+        telling = False
         if self._state != _stdpool.TERMINATE:
             self._state = _stdpool.TERMINATE  # no call is taken from here on (the stdlib's terminate sets it too)
             if self._watch.settled(getattr(self, "_taskqueue", None)):  # the stdlib's; None: __init__ never got there
                 SETTLED.add(self._outqueue)
                 SETTLED.add(self._inqueue)
                 # Its idle workers go by themselves rather than be killed and waited for (farewell).
-                told = TOLD[self._outqueue] = self._watch.farewell.tell(self._watch.idle())
+                telling = True
+                TOLD[self._outqueue] = self._watch.farewell
+                self._watch.farewell.tell(self._watch.idle())
         try:
             super().terminate()
         finally:
-            if told is not None:
-                told.release()  # the marked workers exit now; a thread reaps them
+            if telling:
+                self._watch.farewell.release()  # the marked workers exit now; a thread reaps them
         self._watch.stop()
         self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
         self._drop_queues()
@@ -263,7 +265,7 @@ class Pool(_stdpool.Pool):
             self._cache.notifier = self._change_notifier = None
             self._watch.inqueue = self._watch.outqueue = None
             self._watch.drop_reader()
-            self._watch.farewell.close()  # its four descriptors, which a Pool kept by a notebook would hold
+            self._watch.farewell.release()  # its four descriptors, which a Pool kept by a notebook would hold
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:
@@ -364,8 +366,8 @@ class Pool(_stdpool.Pool):
         if not (outqueue in SETTLED and not cache):
             _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
                            name="nbmp-pool-unblock")
-        told = TOLD.pop(outqueue, None)
-        if told is not None:  # idle workers told to go (terminate): their word, once none can be replaced
+        farewell = TOLD.pop(outqueue, None)
+        if farewell is not None:  # idle workers told to go (terminate): their word, once none can be replaced
             # Milliseconds with nothing in flight; an interrupt raised halfway would leave the
             # workers unkilled (the Pool's finalizer runs once), so it is raised at the end.
             with _posix.interrupts_deferred():
@@ -373,7 +375,7 @@ class Pool(_stdpool.Pool):
                 change_notifier.put(None)
                 if threading.current_thread() is not worker_handler:
                     worker_handler.join()
-                told.hear()  # the workers that announced are marked ended: not killed, not joined below
+                farewell.hear()  # the workers that announced are marked ended: not killed, not joined below
                 super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
                                         worker_handler, task_handler, result_handler, cache)
             return

@@ -54,7 +54,7 @@ __all__ = ["Watch", "BROKEN_QUEUES", "READERS", "SETTLED", "drain", "release_loc
 BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # Each Pool's result queue -> the reader of its pipe (told at terminate that no writer is left).
 READERS: "weakref.WeakKeyDictionary[Any, FrameReader]" = weakref.WeakKeyDictionary()
-# The result queues of Pools whose terminate found nothing in flight (see Watch.settled).
+# The result and task queues of Pools whose terminate found nothing in flight (see Watch.settled).
 SETTLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # The phases in which a worker holds nothing a terminate waits on: no task, no result being
 # written, at most the task queue's read lock (which a terminate with nothing queued never takes).

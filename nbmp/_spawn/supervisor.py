@@ -200,7 +200,7 @@ class Supervisor:
         """The caller has the run's outcome (values or error): the workers that announced their
         ends and wait (``nbmp._backend.exits``) exit now, their teardowns after the return. Idempotent."""
         if self._endings is not None:
-            exits.leaving([w.process.pid for w in self.workers if w.process.pid is not None and _unreaped(w.process)])
+            exits.leaving([w.process.pid for w in list(self._unreaped) if w.process.pid])  # announced: tearing down from now on
             self._endings.close()
 
     def discard(self) -> None:
@@ -398,11 +398,6 @@ def _supervise(holder: List[Supervisor], context: contextvars.Context) -> None:
     unreaped = context.run(holder.pop()._main)
     for process in unreaped:
         process._popen.reap()  # type: ignore[attr-defined]  # stdlib private: nbmp's fork Popen (exits.mark)
-
-
-def _unreaped(process: BaseProcess) -> bool:
-    popen = getattr(process, "_popen", None)
-    return popen is not None and popen.returncode is None and getattr(popen, "ended", None) is not None
 
 
 def _reap(process: BaseProcess) -> int:
