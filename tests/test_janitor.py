@@ -5,6 +5,7 @@ messages)."""
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -20,32 +21,44 @@ from nbmp._sharing import _janitor
 pytestmark = pytest.mark.timeout(120)
 
 
-def _janitors(root: int) -> List[psutil.Process]:
+def _janitors(key: str) -> List[psutil.Process]:
+    root = key.split("-", 1)[0]
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if _janitor.__file__ in cmdline and cmdline[-1] == str(root):
+        if _janitor.__file__ in cmdline and cmdline[-1] == root:
             found.append(proc)
     return found
 
 
+def _start(key: str) -> None:
+    subprocess.run([sys.executable, "-I", "-S", _janitor.__file__, key.split("-", 1)[0]], input=f"{key}\n".encode(),
+                   check=True, timeout=60)
+
+
 @pytest.fixture
-def janitor() -> Iterator[int]:
-    """A janitor serving a stand-in root (a sleeping process); the root's pid. When the root is
-    killed at the end, the janitor must go with it."""
+def stand_in_root() -> Iterator[int]:
+    """A stand-in root process (sleeping); its pid. Killed at the end: its janitors must go with it."""
     root = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
-        subprocess.run([sys.executable, "-I", "-S", _janitor.__file__, str(root.pid)], check=True, timeout=60)
         yield root.pid
     finally:
         root.kill()
         root.wait()
-        wait_until(lambda: not _janitors(root.pid), "the janitor exits with its root")
+        wait_until(lambda: not _janitors(f"{root.pid}-"), "the janitor exits with its root")
 
 
-def _connect(root: int) -> socket.socket:
+@pytest.fixture
+def janitor(stand_in_root: int) -> str:
+    """A janitor serving a stand-in root; its tree key."""
+    key = f"{stand_in_root}-{secrets.token_hex(16)}"
+    _start(key)
+    return key
+
+
+def _connect(key: str) -> socket.socket:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    conn.connect(_janitor.address(root))
+    conn.connect(_janitor.address(key))
     conn.settimeout(10)
     return conn
 

@@ -7,12 +7,31 @@ from __future__ import annotations
 
 import importlib
 import os
+import secrets
 import signal
 import sys
 import types
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-__all__ = ["space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for"]
+__all__ = ["space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for",
+           "tree", "join_tree"]
+
+
+# This process's tree: its root's pid and a secret of 128 random bits, which names the tree's
+# shared-memory janitor. A forked child inherits it; nbmp's other children are handed it in
+# their Launch (join_tree); a process that is neither is the root of a tree of its own.
+_tree = f"{os.getpid()}-{secrets.token_hex(16)}"
+
+
+def tree() -> str:
+    """This process's tree key, ``"<root pid>-<secret>"`` (the secret is never printed)."""
+    return _tree
+
+
+def join_tree(key: str) -> None:
+    """Make ``key`` (the tree of the process that started this one) this process's tree."""
+    global _tree
+    _tree = key
 
 
 def space(directory: str) -> Tuple[int, int]:

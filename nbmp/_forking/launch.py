@@ -11,7 +11,7 @@ inherited by fork, pickled with it under spawn and forkserver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from .handlers._base import Worker
@@ -29,8 +29,8 @@ class Launch:
     ``main_thread`` (started from that process's main thread: Linux's parent-death
     signal follows the *thread* that forked, see ``posix.die_with_parent``),
     ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or
-    None), and, worked out then in the parent, the child's ``seed`` and thread ``budget``
-    (0: not worked out).
+    None), ``tree`` (the parent's tree key, see ``_base.util.tree``), and, worked out then
+    in the parent, the child's ``seed`` and thread ``budget`` (0: not worked out).
 
     Example::
 
@@ -48,3 +48,4 @@ class Launch:
     seed: Optional[int] = None
     budget: int = 0
     forked: Optional[Worker] = None
+    tree: str = field(default="", repr=False)  # the parent's tree key (util.tree): a secret

@@ -46,6 +46,7 @@ import weakref
 from types import FrameType
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .._base import util as _util
 from .._base.checks import check_int
 from . import on_import as _on_import
 from .launch import Launch
@@ -131,7 +132,7 @@ def stamp(launch: Launch) -> Launch:
                     forked=True)
     return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(),
                   main_thread=threading.current_thread() is threading.main_thread(), base_seed=_base_seed,
-                  threads=threads, seed=seed, budget=budget, forked=forked)
+                  threads=threads, seed=seed, budget=budget, forked=forked, tree=_util.tree())
 
 
 def _cores() -> int:
@@ -489,8 +490,10 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
 
 def _become(worker: Worker, launch: Launch) -> None:
     """This process is ``worker``: its own children derive their seeds from its seed and count
-    from 0, and the import hooks waiting for a framework run for it."""
+    from 0, the import hooks waiting for a framework run for it, and it joins its starter's tree."""
     global _base_seed, _started, _this_worker
+    if launch.tree and launch.tree != _util.tree():  # spawned or forkserver; a fork inherited it
+        _util.join_tree(launch.tree)
     _base_seed, _started = (None if launch.base_seed is None else worker.seed), itertools.count()
     _this_worker = worker
 

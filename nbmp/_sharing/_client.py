@@ -1,15 +1,16 @@
 """Talking to the janitor of this process tree: finding it, starting it, sending it messages.
 
 Every process that shares memory keeps one Unix-socket connection to the janitor
-of its tree's root (see ``_janitor.py`` for the messages). Most messages are
-one-way, so a transfer costs no round trip on the sender's side; a forked child
-never reuses its parent's connection, since the janitor learns a process's death
-from its connection closing.
+of its tree (see ``_janitor.py`` for the messages), found by the tree's key
+(``nbmp._base.util.tree``: the root's pid and a secret). Before anything is sent the
+janitor's user is checked: a process of another user that took the janitor's address
+gets nothing. Most messages are one-way, so a transfer costs no round trip on the
+sender's side; a forked child never reuses its parent's connection, since the janitor
+learns a process's death from its connection closing.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .._backend import posix as _posix
+from .._base import util as _util
 from . import _janitor
 
 __all__ = ["tree_root", "send", "request"]
@@ -27,27 +29,18 @@ REPLY_TIMEOUT = 60.0
 
 # Reentrant: a weakref finalizer (which sends "rel") may run during a request.
 _lock = threading.RLock()
-_conns: Dict[int, socket.socket] = {}
+_conns: Dict[str, socket.socket] = {}
 _conns_pid = os.getpid()
 _owed: Set[socket.socket] = set()  # connections whose last reply a request gave up waiting for
-_root: Optional[int] = None
 
 
-def tree_root() -> int:
-    """The pid whose janitor this process uses: its own tree's top, as far as it knows.
+def tree_root() -> str:
+    """The key of the tree whose janitor this process uses (see ``nbmp._base.util.tree``).
 
-    A forked child inherits its parent's answer; a spawned or forkserver child
-    uses its parent's janitor, so that what it returns outlives it.
+    A forked child inherits its parent's; nbmp's spawned and forkserver children are handed
+    their starter's, so that what they return outlives them.
     """
-    global _root
-    if _root is None:
-        parent = multiprocessing.parent_process()
-        if parent is None or parent.pid is None:
-            # Not cached: a spawned child importing its parent's __main__ runs before
-            # multiprocessing knows its parent; its later arrays should use the parent's janitor.
-            return os.getpid()
-        _root = parent.pid
-    return _root
+    return _util.tree()
 
 
 def _forget_connections() -> None:
@@ -74,7 +67,7 @@ class _Connection(socket.socket):
         pass
 
 
-def _connection(root: int) -> socket.socket:
+def _connection(root: str) -> socket.socket:
     if _conns_pid != os.getpid():
         _forget_connections()
     conn = _conns.get(root)
@@ -83,31 +76,50 @@ def _connection(root: int) -> socket.socket:
     return conn
 
 
-def _connect(root: int) -> socket.socket:
+def _connect(root: str) -> socket.socket:
     started = False
     for attempt in range(200):
-        conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(_janitor.address(root))
+        conn = _open(root)
+        if conn is not None:
             return conn
-        except OSError:
-            conn.close()
         if not started:
             _start_janitor(root)
             started = True
         else:
             time.sleep(0.01)
-    raise RuntimeError(f"nbmp could not reach its shared-memory janitor for process {root}")
+    raise RuntimeError(f"nbmp could not reach its shared-memory janitor for process {_pid(root)}")
 
 
-def _start_janitor(root: int) -> None:
+def _open(root: str) -> Optional[socket.socket]:
+    """A connection to ``root``'s janitor, its user checked; None if none listens."""
+    conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(_janitor.address(root))
+        uid = _janitor.peer_uid(conn)
+    except OSError:
+        conn.close()
+        return None
+    if uid != os.geteuid():
+        conn.close()
+        raise PermissionError(
+            f"nbmp: the address of the shared-memory janitor of process {_pid(root)} is held by a process of "
+            f"another user (uid {uid}); nothing was sent to it. Another user of this machine may be trying to "
+            f"reach your shared memory: stop that process, or share arrays through a new kernel.")
+    return conn
+
+
+def _pid(root: str) -> str:
+    return root.split("-", 1)[0]  # never the secret: it goes into messages users read
+
+
+def _start_janitor(root: str) -> None:
     # -I -S: stdlib only, no site, no user code; the script detaches itself, so this waits
-    # only for the moment its socket is bound.
-    subprocess.run([sys.executable, "-I", "-S", _janitor.__file__, str(root)], stdin=subprocess.DEVNULL,
+    # only for the moment its socket is bound. The key goes on stdin: a command line is public.
+    subprocess.run([sys.executable, "-I", "-S", _janitor.__file__, _pid(root)], input=f"{root}\n".encode(),
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, timeout=60)
 
 
-def send(root: int, message: str, fds: Sequence[int] = ()) -> None:
+def send(root: str, message: str, fds: Sequence[int] = ()) -> None:
     """Send a one-way message (with file descriptors attached) to ``root``'s janitor."""
     data = message.encode()
     with _lock:
@@ -118,7 +130,7 @@ def send(root: int, message: str, fds: Sequence[int] = ()) -> None:
             conn.sendall(data)
 
 
-def request(root: int, message: str) -> Tuple[str, List[int]]:
+def request(root: str, message: str) -> Tuple[str, List[int]]:
     """Send ``message`` and wait for the janitor's one-line reply (and any fds with it).
 
     An interrupt is held until the reply is read: one raised in between would leave the
@@ -136,7 +148,7 @@ def request(root: int, message: str) -> Tuple[str, List[int]]:
     return data.decode().strip(), fds
 
 
-def _reply(conn: socket.socket, root: int, message: str) -> Tuple[bytes, List[int]]:
+def _reply(conn: socket.socket, root: str, message: str) -> Tuple[bytes, List[int]]:
     conn.settimeout(REPLY_TIMEOUT)
     data, fds = b"", cast(List[int], [])
     try:
@@ -147,7 +159,7 @@ def _reply(conn: socket.socket, root: int, message: str) -> Tuple[bytes, List[in
             data, fds = data + chunk, fds + new_fds
     except TimeoutError:
         _close_all(fds)
-        raise TimeoutError(f"nbmp's shared-memory janitor (of process {root}) did not answer "
+        raise TimeoutError(f"nbmp's shared-memory janitor (of process {_pid(root)}) did not answer "
                            f"{message.split(' ')[0].strip()!r} within {REPLY_TIMEOUT:g} s. It serves every "
                            f"process of this tree one message at a time: a machine swapping hard, or a "
                            f"stopped janitor, makes it this slow; if neither, please report it.") from None
@@ -161,12 +173,12 @@ def _close_all(fds: Sequence[int]) -> None:
         os.close(fd)
 
 
-def connected(root: int) -> bool:
+def connected(root: str) -> bool:
     """Whether this process already talks to ``root``'s janitor (no janitor is started)."""
     return _conns_pid == os.getpid() and root in _conns
 
 
-def running(root: int) -> bool:
+def running(root: str) -> bool:
     """Whether ``root``'s janitor runs (it may serve other processes of the tree only);
     connects to it if so, never starts one."""
     with _lock:
@@ -174,11 +186,8 @@ def running(root: int) -> bool:
             return True
         if _conns_pid != os.getpid():
             _forget_connections()
-        conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            conn.connect(_janitor.address(root))
-        except OSError:
-            conn.close()
+        conn = _open(root)
+        if conn is None:
             return False
         _conns[root] = conn
         return True

@@ -1,9 +1,10 @@
 """The janitor: one small process per process tree that owns nbmp's segments' lifetime.
 
-Run as a script (``python -I -S _janitor.py ROOT_PID``), stdlib only, so that it
-starts in milliseconds and never imports the user's code. It binds the abstract
-Unix socket ``nbmp-janitor-<ROOT_PID>`` (exactly one janitor per root: a second
-one finds the name taken and exits), detaches, and then serves line messages:
+Run as a script (``python -I -S _janitor.py ROOT_PID``, the tree's key on its standard input),
+stdlib only, so that it starts in milliseconds and never imports the user's code. The key
+is ``<root pid>-<secret>`` (``nbmp._base.util.tree``); the janitor binds the address made
+from it (exactly one janitor per tree: a second one finds the name taken and exits),
+detaches, and then serves line messages, from processes of its own user only:
 
     plan PATH            the sender is about to create the file PATH (file_system): it is
                          unlinked if the sender dies before its "new"/"nt" (or when the root dies)
@@ -26,6 +27,11 @@ one finds the name taken and exits), detaches, and then serves line messages:
     stat                 reply "SEGMENTS BYTES TICKETS"
     list                 reply "S:SIZE S:SIZE ..." (every live segment; empty line if none)
 
+A ticket is a bearer secret (128 random bits): its sender registers it ("nt"/"tkt") before the
+message carrying it leaves, so a "take", "own" or "drop" of a ticket still unknown once the
+janitor has read everything every process sent before it names no ticket anybody sent: a
+"take" is refused, the others are ignored.
+
 A segment is freed (its fd closed, its file unlinked) when its last reference
 goes -- or, if its maker pools it (``_pool.py``), kept free for that process to
 claim, until it has been unused IDLE seconds (then freed, its pages punched out,
@@ -44,7 +50,10 @@ import resource
 import selectors
 import signal
 import socket
+import stat
+import struct
 import sys
+import tempfile
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -52,8 +61,44 @@ MAX_FDS_PER_RECV = 64
 SLOT = 40  # a board's slot: 1 byte "in use", then a ticket's name (as in _pocket.py)
 
 
-def address(root: int) -> str:
-    return f"\0nbmp-janitor-{root}" if sys.platform.startswith("linux") else f"/tmp/nbmp-janitor-{root}.sock"
+# Linux: an abstract socket, which leaves no file behind; its name, though public once bound,
+# cannot be taken first, since it holds the tree's secret. Elsewhere: a socket file in a
+# directory only this user can enter.
+ABSTRACT = sys.platform.startswith("linux")
+
+
+def address(key: str) -> str:
+    """Where the janitor of the tree ``key`` listens."""
+    if ABSTRACT:
+        return f"\0nbmp-janitor-{key}"
+    return os.path.join(private_directory(), f"j{key[:28]}")  # short: a socket path is <= 104 bytes on macOS
+
+
+def private_directory() -> str:
+    """``<temporary directory>/nbmp-<uid>``, made ``0700``; PermissionError if it exists and
+    another user could write to it or own it."""
+    path = os.path.join(tempfile.gettempdir(), f"nbmp-{os.geteuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PermissionError(f"nbmp: {path} must be a directory of this user's that no one else can enter "
+                              f"(it is not: another user may have made it). Remove it, or point TMPDIR elsewhere.")
+    return path
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The effective uid of the process at the other end of the Unix socket ``conn``."""
+    if hasattr(socket, "SO_PEERCRED"):
+        ucred = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+        return int(struct.unpack("iII", ucred)[1])
+    libc = ctypes.CDLL(None, use_errno=True)  # the BSDs and macOS
+    uid, gid = ctypes.c_uint32(), ctypes.c_uint32()
+    if libc.getpeereid(conn.fileno(), ctypes.byref(uid), ctypes.byref(gid)) != 0:
+        raise OSError(ctypes.get_errno(), "getpeereid")
+    return uid.value
 
 
 _PUNCH_HOLE = 0x03  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -170,6 +215,18 @@ class Janitor:
         if verb == "take":
             fds = [s.fd] if s.fd is not None else []
             socket.send_fds(conn, [f"ok {seg}\n".encode()], fds)
+
+    def refuse_parked(self) -> None:
+        """Called once everything sent before the parked requests has been read: no process
+        sent their tickets, so a "take" is answered "err", the others are dropped."""
+        for waiting in self.parked.values():
+            for conn, verb in waiting:
+                if verb == "take" and conn in self.holds:
+                    try:
+                        conn.sendall(b"err unknown\n")
+                    except OSError:
+                        pass  # that receiver is gone; its connection closes on its own
+        self.parked.clear()
 
     def drop_pocketed(self, ticket: str) -> None:
         if ticket not in self.tickets:  # its "tkt" is not read yet: drop it when it is
@@ -339,15 +396,19 @@ def serve(listener: socket.socket, root: int) -> None:
     pidfd = _watch(root)
     if pidfd is not None:
         sel.register(pidfd, selectors.EVENT_READ, "root")
-    def serve_ready(timeout: Optional[float], skip: Optional[socket.socket] = None) -> bool:
+    def serve_ready(timeout: Optional[float], skip: Optional[socket.socket] = None) -> Optional[int]:
+        """Serve what is ready within ``timeout``: how many were ready; None once the root is gone."""
         events = [(key, mask) for key, mask in sel.select(timeout) if key.fileobj is not skip]
         if any(key.data == "root" for key, _ in events) or (pidfd is None and not _alive(root)):
-            return False
+            return None
         for key, _ in events:
             if key.data == "listen":
                 try:
                     conn, _ = listener.accept()  # non-blocking: a claim's drain may have accepted it
                 except BlockingIOError:
+                    continue
+                if not _same_user(conn):
+                    conn.close()
                     continue
                 conn.setblocking(True)
                 janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
@@ -356,24 +417,57 @@ def serve(listener: socket.socket, root: int) -> None:
             elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):
                 sel.unregister(key.fileobj)
                 janitor.close(key.fileobj)
-        return True
+        return len(events)
 
     janitor.drain = lambda conn: None if serve_ready(0, conn) else None
     while True:
         due = janitor.expire()
         waits = [t for t in (due, None if pidfd is not None else 1.0) if t is not None]
-        if not serve_ready(min(waits) if waits else None):
+        ready = serve_ready(min(waits) if waits else None)
+        while ready and janitor.parked:  # read all that was sent before a parked request
+            ready = serve_ready(0)
+        if ready is None:
             break
+        janitor.refuse_parked()
     janitor.free_all()
 
 
-def main(root: int) -> int:
+def _same_user(conn: socket.socket) -> bool:
+    try:
+        return peer_uid(conn) == os.geteuid()
+    except OSError:
+        return False
+
+
+def _bind(listener: socket.socket, where: str) -> None:
+    """Bind ``where``; a socket file left by a janitor that was killed is replaced."""
+    try:
+        listener.bind(where)
+    except OSError:
+        if where.startswith("\0"):
+            raise
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(where)
+        except ConnectionRefusedError:  # nobody listens: stale (the directory is this user's alone)
+            os.unlink(where)
+            listener.bind(where)
+            return
+        finally:
+            probe.close()
+        raise
+
+
+def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal reaches the whole group
+    key = sys.stdin.readline().strip()  # not an argument: a command line is visible to every user
+    root = int(key.split("-", 1)[0])  # also the argument, which names whom a janitor serves in ps
+    where = address(key)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        listener.bind(address(root))
+        _bind(listener, where)
     except OSError:
-        return 0  # another janitor already serves this root
+        return 0  # another janitor already serves this tree
     listener.listen(512)
     listener.setblocking(False)
     if os.fork():
@@ -389,10 +483,10 @@ def main(root: int) -> int:
     try:
         serve(listener, root)
     finally:
-        if not address(root).startswith("\0"):
-            os.unlink(address(root))
+        if not where.startswith("\0"):
+            os.unlink(where)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(int(sys.argv[1])))
+    sys.exit(main())

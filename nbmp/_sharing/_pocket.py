@@ -33,7 +33,7 @@ SLOTS = 1024    # 40 KiB per process; a full board is emptied in one message
 class _Board:
     """One janitor's board in this process: the slots, and which segment each ticket is for."""
 
-    def __init__(self, root: int) -> None:
+    def __init__(self, root: str) -> None:
         fd = os.memfd_create("nbmp-board", os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, SLOT * SLOTS)
@@ -81,7 +81,7 @@ class _Board:
 HAVE_MEMFD = hasattr(os, "memfd_create")
 # Reentrant: a finalizer (give_back) may run while this thread is inside keep().
 _lock = threading.RLock()
-_boards: Dict[int, _Board] = {}
+_boards: Dict[str, _Board] = {}
 
 
 def _forget_in_child() -> None:
@@ -94,14 +94,14 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def _board(root: int, create: bool) -> Optional[_Board]:
+def _board(root: str, create: bool) -> Optional[_Board]:
     board = _boards.get(root)
     if board is None and create and HAVE_MEMFD:
         board = _boards[root] = _Board(root)
     return board
 
 
-def keep(root: int, seg: str, ticket: str) -> None:
+def keep(root: str, seg: str, ticket: str) -> None:
     """Pocket ``ticket`` (for ``seg``, which this process maps); a full board is emptied first."""
     with _lock:
         board = _board(root, create=True)
@@ -115,7 +115,7 @@ def keep(root: int, seg: str, ticket: str) -> None:
     _drop(root, emptied)
 
 
-def reuse(root: int, seg: str) -> Optional[str]:
+def reuse(root: str, seg: str) -> Optional[str]:
     """A pocketed ticket for ``seg`` to send again (no message), if this process has one."""
     board = _board(root, create=False)
     if board is None:
@@ -124,7 +124,7 @@ def reuse(root: int, seg: str) -> Optional[str]:
         return board.take(seg)
 
 
-def give_back(root: int, seg: str) -> str:
+def give_back(root: str, seg: str) -> str:
     """The messages that hand back every ticket pocketed for ``seg`` (this process unmaps it)."""
     board = _board(root, create=False)
     if board is None:
@@ -134,7 +134,7 @@ def give_back(root: int, seg: str) -> str:
     return "".join(f"drop {t}\n" for t in tickets)
 
 
-def _drop(root: int, tickets: List[str]) -> None:
+def _drop(root: str, tickets: List[str]) -> None:
     if tickets:
         _client.send(root, "".join(f"drop {t}\n" for t in tickets))
 

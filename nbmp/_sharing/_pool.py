@@ -36,7 +36,7 @@ class Entry:
 
     __slots__ = ("root", "seg", "size", "start", "faulted")
 
-    def __init__(self, root: int, seg: str, size: int, start: int, faulted: bool) -> None:
+    def __init__(self, root: str, seg: str, size: int, start: int, faulted: bool) -> None:
         self.root, self.seg, self.size, self.start, self.faulted = root, seg, size, start, faulted
 
     def buffer(self) -> "ctypes.Array[ctypes.c_char]":
@@ -72,7 +72,7 @@ def pooled_bytes() -> int:
     return sum(e.size for e in list(_entries.values()))
 
 
-def claim(root: int, nbytes: int, ticket: str) -> Optional[Entry]:
+def claim(root: str, nbytes: int, ticket: str) -> Optional[Entry]:
     """A pooled segment of at least ``nbytes`` (and at most a quarter more) that no process uses,
     now referenced by ``ticket`` (``"-"``: held by this process), mapped here and faulted in;
     ``None`` if there is none. The entry leaves the pool until :func:`adopt` takes it back."""

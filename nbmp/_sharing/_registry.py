@@ -31,7 +31,7 @@ class Mapped:
 
     __slots__ = ("seg", "root", "size", "path", "start", "mm", "poolable", "forks", "__weakref__")
 
-    def __init__(self, root: int, seg: str, size: int, path: str, buf: Buffer, poolable: bool) -> None:
+    def __init__(self, root: str, seg: str, size: int, path: str, buf: Buffer, poolable: bool) -> None:
         self.seg, self.root, self.size, self.path = seg, root, size, path
         self.mm: "weakref.ref[Buffer]" = weakref.ref(buf)
         self.start = ctypes.addressof(buf)
@@ -83,7 +83,7 @@ _starts: List[int] = []
 _at_start: Dict[int, Mapped] = {}
 
 
-def register(root: int, seg: str, size: int, path: str, buf: Buffer, poolable: bool = False) -> None:
+def register(root: str, seg: str, size: int, path: str, buf: Buffer, poolable: bool = False) -> None:
     mapped = Mapped(root, seg, size, path, buf, poolable)
     with _lock:
         _by_seg[mapped.seg] = mapped

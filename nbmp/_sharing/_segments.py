@@ -30,7 +30,7 @@ __all__ = ["Handle", "Mapped", "create", "create_moved", "ticket_for", "forget_t
 class Handle(NamedTuple):
     """What crosses the process boundary for one segment."""
 
-    root: int        # whose janitor holds the references
+    root: str        # the tree key of the janitor that holds the references (a secret)
     seg: str
     ticket: str
     size: int
@@ -40,6 +40,11 @@ class Handle(NamedTuple):
 _pid = os.getpid()
 _token = secrets.token_hex(3)
 _counter = itertools.count()
+
+
+def _secret() -> str:
+    """A new ticket: a bearer secret of 128 random bits, unrelated to any segment's name."""
+    return secrets.token_hex(16)
 
 
 def _new_name() -> str:
@@ -54,7 +59,7 @@ def _new_name() -> str:
 # --------------------------------------------------------------------------
 
 
-def _open_new(root: int, size: int) -> Tuple[int, str, str]:
+def _open_new(root: str, size: int) -> Tuple[int, str, str]:
     """A new, empty segment file: (fd, segment id, path or '-')."""
     strategy, where = _strategies.get_sharing_strategy(), _strategies.directory()
     _space.check_fits(size, strategy, where)
@@ -141,10 +146,10 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
     this process's, reused), held only by the ticket returned."""
     size = max(nbytes, 1)
     if _pickling.probing():  # a check's pickle, never loaded: no copy, no reference
-        return Handle(0, "", "", size, "-")
+        return Handle("", "", "", size, "-")
     root = _client.tree_root()
     if _pool.poolable(size):
-        ticket = _new_name()
+        ticket = _secret()
         # Claimed, filled and noted for release (see note_single_use), or never claimed: an
         # interrupt waits for the copy (a fraction of a second a GiB).
         with _posix.interrupts_deferred():
@@ -174,7 +179,7 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
     return Handle(root, seg, ticket, size, path)
 
 
-def _refill(root: int, entry: _pool.Entry, ticket: str, fill_mapped: Callable[[Buffer], None]) -> Handle:
+def _refill(root: str, entry: _pool.Entry, ticket: str, fill_mapped: Callable[[Buffer], None]) -> Handle:
     try:
         fill_mapped(entry.buffer())
     except BaseException:
@@ -191,14 +196,14 @@ def _refill(root: int, entry: _pool.Entry, ticket: str, fill_mapped: Callable[[B
 # --------------------------------------------------------------------------
 
 
-def _new_ticket(root: int) -> str:
-    ticket = _new_name()
+def _new_ticket(root: str) -> str:
+    ticket = _secret()
     # One reference: the pickle carrying it is loaded once, or given back if it never is.
     _pickling.note_single_use(functools.partial(forget_ticket, root, ticket))
     return ticket
 
 
-def forget_ticket(root: int, ticket: str) -> None:
+def forget_ticket(root: str, ticket: str) -> None:
     """Give back the reference ``ticket`` carries, if no process has taken it (its message
     was dropped unread); a ticket already taken is left alone."""
     try:
@@ -218,7 +223,7 @@ def ticket_for(mapped: Mapped) -> Handle:
     with _posix.interrupts_deferred():
         ticket = _pocket.reuse(mapped.root, mapped.seg)
         if ticket is None:
-            ticket = _new_name()
+            ticket = _secret()
             _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
         # One reference: the pickle carrying it is loaded once, or given back if it never is.
         _pickling.note_single_use(functools.partial(forget_ticket, mapped.root, ticket))
