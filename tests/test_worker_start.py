@@ -1,16 +1,12 @@
-"""How nbmp starts its own workers (spawn's, a Pool's) under fork: back to back, with a pidfd
-sentinel and nbmp's worker bootstrap (nbmp/_backend/worker_bootstrap.py). What a worker sees
-and how it ends must be what the standard bootstrap gives; no worker holds another's pipes."""
+"""How nbmp's own workers (spawn's, a Pool's) live and end: through the standard bootstrap, so
+that what a worker sees, what patches it (coverage, profilers), its finalizers, its signal
+handlers and its threads are what the standard module gives; no worker holds another's pipes."""
 
 from __future__ import annotations
 
-import fcntl
-import mmap
 import multiprocessing
 import multiprocessing.util
 import os
-import select
-import signal
 import stat
 import sys
 import threading
@@ -19,12 +15,11 @@ import time
 import pytest
 
 import nbmp
-from nbmp._backend import exits, popen_fork
-from nbmp._spawn.supervisor import Supervisor
+from nbmp._backend import popen_fork
 from conftest import TIMEOUT
-from helpers import wait_until
+from helpers import run_main, wait_until
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nbmp's worker fork is Linux's (pidfds)")
+pytestmark = pytest.mark.timeout(120)
 
 
 def _pipes() -> dict:
@@ -45,22 +40,15 @@ def test_a_worker_holds_its_own_pipes_and_no_other_workers():
 
     def new_pipes(i):
         time.sleep(0.2)  # every worker is forked before any of them looks
-        # Where it will announce its end, and where it will wait for the run's end after that.
-        channel, _, _, held = multiprocessing.current_process().exit_channel
-        pipes = {fd: inode for fd, inode in _pipes().items() if inode not in before}
-        return pipes, (pipes.pop(channel, None), pipes.pop(held, None))
+        return {fd: inode for fd, inode in _pipes().items() if inode not in before}
 
-    found = nbmp.spawn(new_pipes, nprocs=4, start_method="fork")
-    seen = [pipes for pipes, _ in found]
+    seen = nbmp.spawn(new_pipes, nprocs=4, start_method="fork")
+    outputs = [{pipes[1], pipes[2]} for pipes in seen]  # each worker's own stdout and stderr
+    assert all(len(o) == 2 for o in outputs)
     for i, pipes in enumerate(seen):
-        # Of the run's pipes, its own stdout's and stderr's write ends, at 1 and 2: not the parent's
-        # ends of any, nor another worker's (its result pipe is a socket pair, not counted here).
-        assert sorted(pipes) == [1, 2] and pipes[1] != pipes[2], f"worker {i} holds these of the run's pipes: {pipes}"
-    # And the write end of the run's one exit channel (nbmp._backend.exits) and the read end of
-    # its release, the same two pipes for all.
-    assert len({ends for _, ends in found}) == 1 and None not in found[0][1] and len(set(found[0][1])) == 2
-    inodes = [set(p.values()) for p in seen]
-    assert all(not (inodes[a] & inodes[b]) for a in range(4) for b in range(a + 1, 4)), "two workers share a pipe"
+        # A worker holding another's output pipe would keep that one's output open past its end.
+        others = set().union(*(outputs[j] for j in range(4) if j != i))
+        assert not set(pipes.values()) & others, f"worker {i} holds another worker's output pipe: {pipes}"
 
 
 def test_a_worker_is_its_own_process_object_with_its_parent_alive():
@@ -120,15 +108,12 @@ def test_a_worker_waits_for_its_threads_and_flushes_its_queue():
     queue.join_thread()
 
 
-def test_pool_workers_start_back_to_back_and_serve():
+def test_pool_workers_are_forked_by_the_pool_and_serve():
     with nbmp.Pool(3) as pool:
         names = pool.map(lambda x: multiprocessing.current_process().name, range(30), chunksize=1)
         parents = set(pool.map(lambda x: multiprocessing.parent_process().pid, range(6), chunksize=1))
-        sentinels = [w.sentinel for w in pool._pool]
     assert parents == {os.getpid()}
     assert all(name.startswith("ForkPoolWorker-") for name in names)
-    if popen_fork.FORKS_WORKERS:  # a pidfd each: readable once its worker has ended
-        assert len(set(sentinels)) == 3
 
 
 def test_a_failed_fork_leaves_no_worker_and_says_so(monkeypatch):
@@ -147,165 +132,110 @@ def test_a_failed_fork_leaves_no_worker_and_says_so(monkeypatch):
     assert len(forks) == 2  # the two forked were stopped (the leak guard checks none is left)
 
 
-def _hold_a_lock(i, path):
-    """Holds an flock on ``path`` until the process ends."""
-    held = open(path, "w")
-    fcntl.flock(held, fcntl.LOCK_EX)
-    _hold_a_lock.kept = held
-    return os.getpid()
 
 
-def _seen_at_its_end(seen):
-    """A sink that notes, as each worker's end is reported, whether its process still exists."""
-    def handle(event):
-        if type(event).__name__ == "WorkerExited":
-            seen.append((event, os.path.exists(f"/proc/{event.pid}")))
-    return type("Sink", (), {"handle": staticmethod(handle)})()
+# --------------------------------------------------------------------------
+# A guest in the user's process: what programs that embed nbmp rely on
+# --------------------------------------------------------------------------
 
 
-def _private_pages(size):
-    """``size`` bytes of written private pages, in small pages (their page tables a fork copies)."""
-    pages = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    pages.madvise(mmap.MADV_NOHUGEPAGE)
-    pages[::4096] = b"\x01" * (size // 4096)
-    return pages
+def test_what_patches_the_standard_bootstrap_runs_in_every_worker():
+    # coverage (concurrency = multiprocessing), pytest-cov and VizTracer patch
+    # BaseProcess._bootstrap: every nbmp worker must go through it.
+    out = run_main("""
+        import multiprocessing.process, os, sys
+        import nbmp
+        seen = nbmp.SimpleQueue()
+        real = multiprocessing.process.BaseProcess._bootstrap
+        def patched(self, *args, **kwargs):
+            seen.put(self.name)
+            return real(self, *args, **kwargs)
+        multiprocessing.process.BaseProcess._bootstrap = patched
+        nbmp.spawn(lambda i: i, nprocs=2, start_method="fork")
+        with nbmp.get_context("fork").Pool(2) as pool:
+            pool.map(abs, range(4))
+        with nbmp.ProcessPoolExecutor(2, mp_context=nbmp.get_context("fork")) as executor:
+            list(executor.map(abs, range(4)))
+        print(sorted(seen.get().split("-")[0] for _ in range(6)))
+    """)  # (spawned children run the standard bootstrap of a fresh interpreter, which a tool patches there)
+    assert "['ForkPoolWorker', 'ForkPoolWorker', 'ForkProcess', 'ForkProcess', 'ForkProcess', 'ForkProcess']" in out, out
 
 
-def test_a_run_ends_on_its_workers_word_and_reaps_them_after(tmp_path):
-    # spawn(join=True) ends once each worker said it ends (nbmp._backend.exits): by then it has
-    # closed every descriptor (its lock is free); the kernel is still tearing it down (this
-    # parent's 512 MiB of pages make the page tables its fork copies take ~10 ms to free).
-    path, seen = tmp_path / "lock", []
-    parent_pages = _private_pages(512 << 20)
-    try:
-        (pid,) = nbmp.spawn(_hold_a_lock, args=(str(path),), nprocs=1, start_method="fork",
-                            sinks=[_seen_at_its_end(seen)])
-        with open(path, "w") as mine:
-            fcntl.flock(mine, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if the worker still held it
-    finally:
-        parent_pages.close()
-    ((exited, existed),) = seen
-    assert existed, "the worker's end was reported only once it was reaped"
-    assert exited.pid == pid and exited.exitcode == 0 and exited.rss > 0  # its peak, as it announced it
-    supervisor = [t for t in threading.enumerate() if t.name.startswith("nbmp-spawn-")]
-    for thread in supervisor:
-        thread.join(TIMEOUT)  # it reaps the worker, then ends
-    assert not os.path.exists(f"/proc/{pid}") and not any(t.is_alive() for t in supervisor)
+def test_a_pools_end_runs_its_workers_finalizers_and_their_sigterm_handlers(tmp_path):
+    # The standard Pool's idle workers get their stop (a sentinel, or SIGTERM at a terminate):
+    # a finalizer registered in the worker runs, or the SIGTERM handler its initializer set.
+    def initializer(directory):
+        import multiprocessing.util
+        import signal
+
+        def note(kind):
+            open(os.path.join(directory, f"{kind}-{os.getpid()}"), "w").close()
+
+        def on_sigterm(signum, frame):
+            note("sigterm")
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        multiprocessing.util.Finalize(None, note, args=("finalizer",), exitpriority=10)
+
+    for method in nbmp.get_all_start_methods():
+        directory = tmp_path / method
+        directory.mkdir()
+        with nbmp.get_context(method).Pool(2, initializer=initializer, initargs=(str(directory),)) as pool:
+            pids = set(pool.map(lambda x: (time.sleep(0.05), os.getpid())[1], range(8), chunksize=1))
+        wait_until(lambda: all(not os.path.exists(f"/proc/{pid}") for pid in pids), "the workers have exited")
+        ended = {int(name.split("-")[1]) for name in os.listdir(directory)}
+        assert ended == pids, f"{method}: of workers {pids} these ran a cleanup: {sorted(os.listdir(directory))}"
 
 
-def _grow(i, size):
-    _grow.kept = _private_pages(size)  # its own memory, given back by its exit
-    return os.getpid()
+def test_a_workers_threads_keep_their_descriptors_until_it_exits(tmp_path):
+    # A daemon thread of the worker's (a logger, a progress monitor, a prefetcher) writes on
+    # until the worker's exit: nothing closes its file under it meanwhile.
+    log, errors = tmp_path / "log", tmp_path / "errors"
+
+    def fn(i):
+        out = open(log, "a")
+
+        def keep_writing():
+            while True:
+                try:
+                    out.write("x")
+                    out.flush()
+                except OSError as e:
+                    with open(errors, "a") as record:  # a closed descriptor: note it
+                        record.write(f"{e.errno} ")
+                    return
+                time.sleep(0.002)
+        threading.Thread(target=keep_writing, daemon=True).start()
+        time.sleep(0.05)
+        return i
+
+    for method in ("fork", "spawn"):
+        assert nbmp.spawn(fn, nprocs=2, start_method=method) == [0, 1]
+        with nbmp.get_context(method).Pool(2) as pool:
+            assert pool.map(fn, range(4), chunksize=1) == [0, 1, 2, 3]
+    assert not errors.exists(), f"a worker's thread lost its file: errno {errors.read_text()}"
 
 
-def test_a_worker_with_much_memory_of_its_own_is_waited_for():
-    # Past exits.PRIVATE_LIMIT a worker says nothing: spawn returns once its memory is given back.
-    seen = []
-    (pid,) = nbmp.spawn(_grow, args=(256 << 20,), nprocs=1, start_method="fork", sinks=[_seen_at_its_end(seen)])
-    ((exited, existed),) = seen
-    assert not existed and exited.rss >= 256 << 20  # reaped first (wait4's peak)
-    assert 256 << 10 > exits.PRIVATE_LIMIT
-
-
-def _exit_with(i, code):
-    sys.exit(code)
-
-
-@pytest.mark.parametrize("code", [3, 300, -1])
-def test_an_announced_exit_code_is_the_one_waitpid_gives(code):
-    # join=True: the code the worker announced; join=False: the one its reaping gives (no channel).
-    with pytest.raises(nbmp.ProcessExitedException) as announced:
-        nbmp.spawn(_exit_with, args=(code,), nprocs=1, start_method="fork")
-    context = nbmp.spawn(_exit_with, args=(code,), nprocs=1, start_method="fork", join=False)
-    with pytest.raises(nbmp.ProcessExitedException) as reaped:
-        context.join(TIMEOUT)
-    assert announced.value.exit_code == reaped.value.exit_code == code & 0xFF
-
-
-def _gone(pid):
-    """Process ``pid`` (a child of this one, reaped by its run's thread) no longer exists."""
-    return not os.path.exists(f"/proc/{pid}")
-
-
-def _ends_first(i, flag, fail):
-    # Worker 0 ends at once; worker 1 until the test has looked at worker 0 (the flag), then ends or fails.
-    if i == 1:
-        wait_until(lambda: os.path.exists(flag), "the test has looked at worker 0", TIMEOUT)
-        if fail:
-            raise ValueError("worker 1 fails")
-    return os.getpid()
-
-
-def _state(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0]  # R, S, Z...
-
-
-@pytest.mark.parametrize("fail", [False, True])
-def test_an_ended_worker_waits_until_its_caller_has_the_outcome(tmp_path, monkeypatch, fail):
-    # After its record (nbmp._backend.exits) a worker with little memory of its own waits, its
-    # teardown out of the way of the run, until spawn has its outcome; then it exits at once, as
-    # a batch process that preempts no one (here the wait's own limit is 60 s, inherited by fork).
-    monkeypatch.setattr(exits, "PARK_LIMIT", 60.0)
-    flag, seen, kept = tmp_path / "looked", {}, []
-    start = Supervisor.start
-    monkeypatch.setattr(Supervisor, "start", lambda self: (kept.append(self), start(self))[1])  # no release when collected
-
-    def handle(event):
-        if type(event).__name__ == "WorkerExited" and event.index == 0:
-            seen["policy"] = os.sched_getscheduler(event.pid)
-            time.sleep(0.3)
-            seen["state"], seen["pid"] = _state(event.pid), event.pid  # still there, asleep
-            flag.touch()
-
-    sink = type("Sink", (), {"handle": staticmethod(handle)})()
-    if fail:
-        with pytest.raises(nbmp.ProcessRaisedException, match="worker 1 fails"):
-            nbmp.spawn(_ends_first, args=(str(flag), True), nprocs=2, start_method="fork", sinks=[sink])
-    else:
-        assert nbmp.spawn(_ends_first, args=(str(flag), False), nprocs=2, start_method="fork",
-                          sinks=[sink])[0] == seen["pid"]
-    assert seen["policy"] == os.SCHED_BATCH and seen["state"] == "S"
-    wait_until(lambda: _gone(seen["pid"]), "the worker exits after the run's end (not its 60 s limit)", 10)
-
-
-def test_an_ended_worker_left_waiting_exits_on_its_own(monkeypatch):
-    # A run whose end never comes (here: the channel is never closed) keeps a worker PARK_LIMIT s at most.
-    monkeypatch.setattr(exits, "PARK_LIMIT", 0.5)
-    channel = exits.ExitChannel()
-    process = type("Process", (), {})()
-    channel.attach(process)
-    pid = os.fork()
-    if pid == 0:
-        exits.announce(process.exit_channel, 7)
-        os._exit(7)
-    try:
-        channel.forked()
-        assert select.select([channel.fileno()], [], [], TIMEOUT)[0], "no record came"
-        (ending,) = channel.read()
-        assert (ending.token, ending.code) == (1, 7)
-        _, status = os.waitpid(pid, 0)  # its own limit ends the wait (pytest-timeout guards a hang)
-    finally:
-        channel.close()
-    assert os.waitstatus_to_exitcode(status) == 7
-
-
-def test_ended_workers_are_let_go_when_an_interrupt_stops_the_run_as_it_starts(monkeypatch):
-    # The interrupt is raised once the run has started (spawn defers it): the workers have
-    # ended and wait by then, and spawn's way out through the interrupt lets them go too.
-    monkeypatch.setattr(exits, "PARK_LIMIT", 60.0)
-    kept, pids = [], []
-    start = Supervisor.start
-
-    def start_then_interrupt(self):
-        kept.append(self)  # no release when collected
-        start(self)
-        wait_until(lambda: all(w.process._popen.ended for w in self.workers), "every worker has said it ends", TIMEOUT)
-        pids.extend(w.process.pid for w in self.workers)
-        os.kill(os.getpid(), signal.SIGINT)
-
-    monkeypatch.setattr(Supervisor, "start", start_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        nbmp.spawn(_ends_first, args=("unused", False), nprocs=1, start_method="fork")
-    assert pids
-    wait_until(lambda: all(_gone(pid) for pid in pids), "the workers exit after the interrupted run", 10)
+def test_a_programs_handler_of_a_real_time_signal_is_its_own_in_the_workers():
+    # A program whose runtime uses a real-time signal (a GC's suspend signal, a profiler's
+    # timer) and handles it: its workers inherit the handler, and the signal changes nothing.
+    out = run_main("""
+        import os, signal
+        import nbmp
+        if hasattr(signal, "SIGRTMIN"):
+            seen = []
+            for signum in range(signal.SIGRTMIN, signal.SIGRTMIN + 10):
+                signal.signal(signum, lambda signum, frame: seen.append(signum))
+            def task(x):
+                seen.clear()
+                for signum in range(signal.SIGRTMIN, signal.SIGRTMIN + 10):
+                    os.kill(os.getpid(), signum)
+                return len(seen)
+            with nbmp.Pool(2) as pool:
+                print(pool.map(task, range(4), chunksize=1))
+            print(nbmp.spawn(lambda i: task(i), nprocs=2))
+        else:
+            print([10] * 4); print([10] * 2)
+    """)
+    assert out.split("\n")[:2] == ["[10, 10, 10, 10]", "[10, 10]"], out

@@ -290,64 +290,6 @@ def default_termination() -> None:
     _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
-# The signal that tells an idle Pool worker its Pool is ending (``nbmp._pool.farewell``): a
-# real-time one, which no library claims by convention (SIGUSR1/2 often are) and which the
-# kernel queues rather than merges.
-LET_GO = int(signal.SIGRTMIN) + 6 if hasattr(signal, "SIGRTMIN") else None
-
-
-def on_signal(signum: int, handler: Any) -> None:
-    """Have ``handler(signum, frame)`` run on ``signum`` in this process's main thread, and
-    the signal unblocked. Through ``_signal``, as :func:`ignore_interrupts`.
-
-    Example::
-
-        >>> on_signal(LET_GO, lambda signum, frame: print("told to go"))
-    """
-    _signal.signal(signum, handler)
-    if _HAS_SIGMASK:
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (signum,))
-
-
-def die_of(signum: int) -> None:
-    """End this process as ``signum``'s default action does (its parent sees that signal as
-    the cause), whatever handler it had: for a worker that has done what a signal asked of
-    it. Falls back to ``os._exit(128 + signum)``, the shells' convention.
-
-    Example (the end of a Pool worker told to go, ``nbmp._backend.exits.farewell``)::
-
-        >>> die_of(signal.SIGTERM)
-    """
-    try:
-        _signal.signal(signum, _signal.SIG_DFL)
-        if _HAS_SIGMASK:
-            _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (signum,))
-        os.kill(os.getpid(), signum)
-    finally:
-        os._exit(128 + signum)
-
-
-def run_as_batch() -> None:
-    """Let this process, when it wakes, wait for a free CPU or its turn instead of taking one
-    from the process running there (Linux's ``SCHED_BATCH``: the same share of CPU time, no
-    preemption on wake-up); nothing where the OS lacks it. For work that can wait a little,
-    such as a finished worker's exit, which should not push its caller off a CPU. Needs no
-    privilege; a refusal is ignored. (Not ``SCHED_IDLE``: an idle-priority exit that the
-    machine's other work starves can hold a lock the parent's next fork needs, and the
-    parent then waits for it: 200-400 ms stalls measured, docs/benchmarks.md "Stop 51".)
-
-    Example (what a parked worker does, see ``nbmp._backend.exits``)::
-
-        >>> run_as_batch()
-        >>> os.sched_getscheduler(0) == os.SCHED_BATCH
-        True
-    """
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (OSError, AttributeError):
-        pass
-
-
 PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask
 
 

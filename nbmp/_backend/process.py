@@ -20,12 +20,11 @@ import os
 import sys
 import threading
 from multiprocessing import process
-from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
 from . import cells as _cells, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
-from . import worker_bootstrap
 from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
 if sys.platform != "win32":  # at import: the standard launch's modules bound before a program can put nbmp in their place
     from . import popen_spawn as _popen_spawn
@@ -106,19 +105,15 @@ class _NbmpProcess(process.BaseProcess):
             _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
-    def _start_worker(self, forked: bool = False) -> None:
+    def _start_worker(self) -> None:
         """A worker's first steps, any start method: SIGINT ignored, death with its starter,
-        nbmp's fork-safety resets (``popen_fork`` runs the rest of a forked worker's start,
-        and says ``forked``: nbmp forked this worker itself)."""
+        nbmp's fork-safety resets."""
         _posix.ignore_interrupts()
         parent = self.launch.parent
         # Not direct under forkserver (the server is the OS parent), nor when a thread other
         # than the main one started us (the death signal would come when that thread ends).
         _posix.die_with_parent(parent, direct=os.getppid() == parent and self.launch.main_thread)
-        if forked:
-            _forking.forked_worker_started(self.launch)  # what the round's before_fork prepared; never raises
-        else:
-            _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
+        _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
 
     def __reduce__(self) -> Tuple[Callable[..., process.BaseProcess], Tuple[Any, bytes, str, int]]:
         roots = {"the target": self._target, "args": self._args, "kwargs": self._kwargs,  # type: ignore[attr-defined]  # stdlib private
@@ -145,12 +140,11 @@ class ForkProcess(_NbmpProcess):
 
     @staticmethod
     def _after_fork() -> None:
-        popen_fork.take_stdin()  # the /dev/null reader the parent opened (see popen_fork)
         # As the standard bootstrap does for the standard module's default: in a child a fork
         # context started, nbmp.get_start_method() says "fork", whatever the parent's default.
         if default_context is not None and default_context.get_start_method(allow_none=True) not in (None, "fork"):
             default_context.set_start_method("fork", force=True)
-        worker_bootstrap.after_fork()  # the standard after-fork hooks
+        process.BaseProcess._after_fork()  # type: ignore[attr-defined]  # stdlib private: the standard after-fork hooks
 
 
 class SpawnProcess(_NbmpProcess):
@@ -184,42 +178,13 @@ class ForkServerProcess(_NbmpProcess):
 
 
 def start_workers(processes: Sequence[process.BaseProcess]) -> None:
-    """``start()`` each of ``processes``, nbmp workers of one fork context, with their forks
-    back to back (``popen_fork.fork_workers``) where the OS allows, one by one elsewhere. The
-    standard ``start``'s checks come first and its bookkeeping after the round, also for the
-    workers forked before a failure (so that the caller can stop them); the failure is raised.
+    """``start()`` each of ``processes``, nbmp processes of one context, in one
+    :func:`~nbmp._backend.popen_fork.fork_round` (nbmp's fork handlers run once for them all).
 
     Example::
 
         >>> start_workers([ctx.Process(target=f) for _ in range(4)])
     """
-    if not popen_fork.FORKS_WORKERS or any(_start_overridden(proc) for proc in processes):
+    with popen_fork.fork_round():
         for proc in processes:
             proc.start()
-        return
-    for proc in processes:
-        proc._check_closed()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
-        assert proc._popen is None, "cannot start a process twice"  # type: ignore[attr-defined]  # as above
-        assert proc._parent_pid == os.getpid(), "can only start a process object created by current process"  # type: ignore[attr-defined]  # as above
-        launch = proc.launch  # type: ignore[attr-defined]  # an _NbmpProcess
-        assert launch.worker, "start_workers starts nbmp workers"
-        if launch.parent != os.getpid() or launch.main_thread != (threading.current_thread() is threading.main_thread()):
-            proc.launch = _forking.stamp(launch)  # type: ignore[attr-defined]  # as in _NbmpProcess.start
-    assert not process.current_process()._config.get("daemon"), "daemonic processes are not allowed to have children"  # type: ignore[attr-defined]  # as above
-    process._cleanup()  # type: ignore[attr-defined]  # as above
-    _posix.prepare()
-    started: List[Any] = []
-    try:
-        with _posix.interrupts_blocked():  # until each worker has set SIGINT to ignored (see _NbmpProcess.start)
-            popen_fork.fork_workers(processes, started)
-    finally:
-        for proc, popen in zip(processes, started):
-            proc._popen = popen  # type: ignore[attr-defined]  # as above
-            proc._sentinel = popen.sentinel  # type: ignore[attr-defined]  # as above
-            del proc._target, proc._args, proc._kwargs  # type: ignore[attr-defined]  # as the standard start: no cycle through the target
-            process._children.add(proc)  # type: ignore[attr-defined]  # as above
-
-
-def _start_overridden(proc: process.BaseProcess) -> bool:
-    """Whether ``proc`` starts some other way than nbmp's ``start`` (a subclass's, or one set on it)."""
-    return "start" in vars(proc) or type(proc).start is not _NbmpProcess.start

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .handlers._base import Worker
 
 __all__ = ["Launch"]
 
@@ -47,5 +46,4 @@ class Launch:
     threads: Optional[int] = None
     seed: Optional[int] = None
     budget: int = 0
-    forked: Optional[Worker] = None
     tree: str = field(default="", repr=False)  # the parent's tree key (util.tree): a secret

@@ -118,21 +118,14 @@ def fork_settings() -> Dict[str, Any]:
 def stamp(launch: Launch) -> Launch:
     """``launch`` completed at ``start()`` with what the child needs of this moment: the
     parent's pid, whether this is its main thread, the seed to derive from, the thread
-    budget, and an index (its start order) if the starter gave none. A starter that starts
-    several processes in one round of forks (``spawn``, a Pool) stamps them itself just
-    before, in the thread that starts them, and ``start()`` keeps a launch this process and
-    thread stamped: one thing less between two forks."""
-    # The constructor, not dataclasses.replace (which reads every field's definition): this
-    # may run between two forks of a round, where each page written is copied once per child.
-    # The child's seed and thread budget are worked out here, in the parent, not in each
-    # child (where each object its work touches is a copy-on-write fault).
+    budget, the tree, and an index (its start order) if the starter gave none. A starter
+    (``spawn``, a Pool) stamps its workers itself, in the thread that starts them, and
+    ``start()`` keeps a launch this process and thread stamped."""
     index, threads = next(_started) if launch.index is None else launch.index, worker_threads_setting()
     seed, budget = _derive_seed(_base_seed, index), _budget(threads, launch.nprocs)
-    forked = Worker(index=index, nprocs=launch.nprocs, seed=seed, threads=budget, explicit_threads=threads is not None,
-                    forked=True)
     return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(),
                   main_thread=threading.current_thread() is threading.main_thread(), base_seed=_base_seed,
-                  threads=threads, seed=seed, budget=budget, forked=forked, tree=_util.tree())
+                  threads=threads, seed=seed, budget=budget, tree=_util.tree())
 
 
 def _cores() -> int:
@@ -401,7 +394,6 @@ def before_fork(launch: Optional[Launch] = None) -> None:
                 pass
     for handler in reversed(_plan[1]):
         _run(handler, "before")
-    _prepare_forked_workers()
 
 
 def prepare_fork_server() -> None:
@@ -413,55 +405,8 @@ def prepare_fork_server() -> None:
 
 
 def after_fork_in_parent() -> None:
-    global _child_calls
-    for handler in _parent_calls:
-        _run(handler, "after_in_parent")
-    _child_calls = None
-    _on_import.watch(_own_hooks)  # this process's own, which the round's children did not get
-
-
-# What a worker forked in this round runs (``forked_worker_started``), made by ``before_fork``
-# once its handlers have run: the calls with work to do, and the import hooks of the handlers
-# that wait for their framework (set in the parent, inherited by fork). In a forked worker
-# each function it runs, each object it makes, is copy-on-write faults.
-_child_calls: Optional[List[Tuple[ForkHandler, Callable[[Worker], None]]]] = None
-_own_hooks: Hooks = {}
-# The round's handlers that do something after the fork in the parent (not ForkHandler's no-op):
-# after the fork, each one called is a few more copy-on-write faults in the parent.
-_parent_calls: List[ForkHandler] = []
-
-
-def _prepare_forked_workers() -> None:
-    global _child_calls, _own_hooks, _parent_calls
-    _parent_calls = [handler for handler in _plan[1]
-                     if getattr(type(handler), "after_in_parent", None) is not ForkHandler.after_in_parent
-                     or "after_in_parent" in vars(handler)]
-    calls = []
     for handler in _plan[1]:
-        try:
-            call = handler.forked_child_call()
-        except Exception:
-            call = handler.in_child
-        if call is not None:
-            calls.append((handler, call))
-    _child_calls = calls
-    _own_hooks = _on_import.watch(_plan[2])
-
-
-def forked_worker_started(launch: Launch) -> None:
-    """:func:`child_started` in a worker nbmp forked in a round (``launch.forked`` made by
-    :func:`stamp`): the calls ``before_fork`` prepared, and the import hooks it set, as
-    inherited; reports its handlers' errors itself, never raises."""
-    worker, calls = launch.forked, _child_calls
-    if worker is None or calls is None or _plan[0] != len(sys.modules):
-        start_child(launch, True)
-        return
-    _become(worker, launch)
-    for handler, call in calls:
-        try:
-            call(worker)
-        except Exception:  # as os.register_at_fork does: report, never break the fork
-            _report(handler, "in_child")
+        _run(handler, "after_in_parent")
 
 
 def after_fork_in_child() -> None:
@@ -479,7 +424,7 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
     global _forked_by_nbmp
     if _forked_by_nbmp:
         forked, _forked_by_nbmp = True, False
-    worker = launch.forked if forked and launch.forked is not None else _worker_of(launch, forked)
+    worker = _worker_of(launch, forked)
     _become(worker, launch)
     _, applying, hooks = _plan if worker.forked and _plan[0] == len(sys.modules) else _split()
     for handler in applying:

@@ -35,12 +35,10 @@ from . import progress as _progress
 from .._backend import daemons as _daemons, default_context, plugin as _plugin, posix as _posix, register_factory
 from .._backend.main_module import Initializer
 from .._backend.popen_fork import fork_round
-from .._backend.process import ForkProcess, start_workers
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
-from .farewell import TOLD
 from .frames import StreamCut
 from .results import sliced
 from .sending import Prepickled
@@ -132,11 +130,9 @@ class Pool(_stdpool.Pool):
         return self._watch.make_worker
 
     def _repopulate_pool(self) -> None:
-        # The stdlib's start of the first workers, made first and then started in one round
-        # of forks (nbmp._backend.popen_fork.fork_round): the fork handlers run once for them
-        # all, and the parent writes little between two forks (each page it writes there is
-        # copied once per child already forked). A replacement worker is started the
-        # stdlib's way, by its worker-handler thread.
+        # The stdlib's start of the first workers, in one round of forks
+        # (nbmp._backend.popen_fork.fork_round): the fork handlers run once for them all. A
+        # replacement worker is started the stdlib's way, by its worker-handler thread.
         made = []
         for _ in range(self._processes - len(self._pool)):
             w = self.Process(self._ctx, target=_stdpool.worker,  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
@@ -147,12 +143,6 @@ class Pool(_stdpool.Pool):
             made.append(w)
         self._watch.populated = True  # the workers made from here on replace ended ones
         with fork_round():  # on a failed start, the stdlib's __init__ stops the workers in self._pool
-            if made and all(isinstance(w, ForkProcess) for w in made):
-                try:
-                    start_workers(made)  # their forks back to back
-                finally:
-                    self._pool.extend(w for w in made if w._popen is not None)
-                return
             for w in made:
                 w.start()
                 self._pool.append(w)
@@ -182,11 +172,8 @@ class Pool(_stdpool.Pool):
         # it would make terminate() hang, so wait a bounded time and drain regardless.
         # An idle worker holds that lock while it waits for a task: with nothing queued there
         # is nothing to drain and no reason to wait for it (an interrupt must end at once).
-        if inqueue in SETTLED or not inqueue._reader.poll():
-            # Nothing queued to drain (a settled Pool's task pipe holds at most the sentinels
-            # for its idle workers, who may have been told to go holding the lock); an idle
-            # worker's hold ends with the worker (ms sooner).
-            return
+        if not inqueue._reader.poll():
+            return  # nothing queued to drain; an idle worker's hold ends with the worker
         deadline = time.monotonic() + (0.1 if inqueue in BROKEN_QUEUES else 5.0)
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():
@@ -218,21 +205,11 @@ class Pool(_stdpool.Pool):
         # Deaths from here on are the terminate's own: the watcher leaves first, so that it
         # does not wake (and take a core) for each worker the terminate stops.
         self._watch.stop(wait=False)
-        telling = False
         if self._state != _stdpool.TERMINATE:
             self._state = _stdpool.TERMINATE  # no call is taken from here on (the stdlib's terminate sets it too)
             if self._watch.settled(getattr(self, "_taskqueue", None)):  # the stdlib's; None: __init__ never got there
                 SETTLED.add(self._outqueue)
-                SETTLED.add(self._inqueue)
-                # Its idle workers go by themselves rather than be killed and waited for (farewell).
-                telling = True
-                TOLD[self._outqueue] = self._watch.farewell
-                self._watch.farewell.tell(self._watch.idle())
-        try:
-            super().terminate()
-        finally:
-            if telling:
-                self._watch.farewell.release()  # the marked workers exit now; a thread reaps them
+        super().terminate()
         self._watch.stop()
         self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
         self._drop_queues()
@@ -265,7 +242,6 @@ class Pool(_stdpool.Pool):
             self._cache.notifier = self._change_notifier = None
             self._watch.inqueue = self._watch.outqueue = None
             self._watch.drop_reader()
-            self._watch.farewell.release()  # its four descriptors, which a Pool kept by a notebook would hold
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:
@@ -361,26 +337,15 @@ class Pool(_stdpool.Pool):
                         worker_handler: Any, task_handler: Any, result_handler: Any, cache: Any) -> None:
         # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
         # then joins, may wait on what a dead worker left: see _unblock_threads. Not for a Pool
-        # that had nothing in flight (Watch.settled; the common `with Pool() as p: p.map(...)`):
-        # two thread starts and ~0.55 ms of their CPU fewer a terminate.
+        # that had nothing in flight (Watch.settled; the common `with Pool() as p: p.map(...)`).
+        unblocking = None
         if not (outqueue in SETTLED and not cache):
-            _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
-                           name="nbmp-pool-unblock")
-        farewell = TOLD.pop(outqueue, None)
-        if farewell is not None:  # idle workers told to go (terminate): their word, once none can be replaced
-            # Milliseconds with nothing in flight; an interrupt raised halfway would leave the
-            # workers unkilled (the Pool's finalizer runs once), so it is raised at the end.
-            with _posix.interrupts_deferred():
-                worker_handler._state = _stdpool.TERMINATE  # what the stdlib's does first, and then waits for
-                change_notifier.put(None)
-                if threading.current_thread() is not worker_handler:
-                    worker_handler.join()
-                farewell.hear()  # the workers that announced are marked ended: not killed, not joined below
-                super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
-                                        worker_handler, task_handler, result_handler, cache)
-            return
+            unblocking = _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler,
+                                        result_handler, name="nbmp-pool-unblock")
         super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
                                 worker_handler, task_handler, result_handler, cache)
+        if unblocking is not None and unblocking is not threading.current_thread():
+            unblocking.join(timeout=30)  # its work ends with the workers': no nbmp thread outlives the terminate
 
 
 def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handler: Any, task_handler: Any,
@@ -396,8 +361,7 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
     thread ends."""
     worker_handler.join(timeout=30)  # no worker is started any more
     reader = READERS.get(outqueue)
-    if reader is not None:
-        _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
+    reading = None if reader is None else _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
     _wait_for_all([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
     if reader is not None:
         deadline = time.monotonic() + 30
@@ -411,6 +375,8 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
         lock.release()
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
+    if reading is not None:
+        reading.join(timeout=30)
 
 
 def _wait_for_all(sentinels: List[Any], timeout: float) -> None:

@@ -36,13 +36,11 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 from .._backend import daemons as _daemons, pickling as _pickling, posix as _posix
 from .._backend.main_module import MainObjects
-from .._backend.process import ForkProcess
 from .._backend.popen_fork import PeakMemory, peak_rss
 from .._backend.posix import WakeUp
 from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
-from .farewell import Farewell
 from .frames import FrameReader, StreamCut
 from .sending import plain_task_bytes
 from .worker import Slot, timed, worker
@@ -54,7 +52,7 @@ __all__ = ["Watch", "BROKEN_QUEUES", "READERS", "SETTLED", "drain", "release_loc
 BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # Each Pool's result queue -> the reader of its pipe (told at terminate that no writer is left).
 READERS: "weakref.WeakKeyDictionary[Any, FrameReader]" = weakref.WeakKeyDictionary()
-# The result and task queues of Pools whose terminate found nothing in flight (see Watch.settled).
+# The result queues of Pools whose terminate found nothing in flight (see Watch.settled).
 SETTLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 # The phases in which a worker holds nothing a terminate waits on: no task, no result being
 # written, at most the task queue's read lock (which a terminate with nothing queued never takes).
@@ -97,12 +95,6 @@ def _rss(worker: _Worker, pid: int) -> Optional[int]:
         return _posix.resident_bytes(pid)
     except Exception:  # the worker is gone, or no way to ask on this platform
         return None
-
-
-def _forks_nbmp_workers(ctx: Any) -> bool:
-    """Whether ``ctx`` makes nbmp's forked processes, whose ``Popen`` can be marked ended."""
-    process = getattr(ctx, "Process", None)
-    return isinstance(process, type) and issubclass(process, ForkProcess)
 
 
 def _have_psutil() -> bool:
@@ -148,7 +140,6 @@ class Watch:
         # The __main__ functions and classes every worker inherited (a fork context's Pool):
         # tasks name them by reference, as the standard Pool does (see _backend.main_module).
         self.inherited: Optional[MainObjects] = None
-        self.farewell = Farewell()  # what nbmp's forked workers are told at a settled terminate
 
     # -- the worker factory's side ------------------------------------------------
 
@@ -165,11 +156,8 @@ class Watch:
             if self.inherited is None:
                 self.inherited = MainObjects()
             self.inherited.record(sys._getframe(1))  # just before its fork: the stdlib starts it next
-        farewell = self.farewell.ends() if _forks_nbmp_workers(ctx) else None
-        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited, farewell)
+        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited)
         proc = ctx.Process(*args, **kwds)
-        if farewell is not None:
-            proc.farewell_token = farewell[1]
         with self.lock:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
             index = next(i for i in range(len(self.workers) + 1) if i not in used)
@@ -194,9 +182,7 @@ class Watch:
         """The Pool's workers and threads run. Its watcher thread starts now where it samples
         the workers' memory (a forkserver Pool: see ``_Worker.sample_rss``), else at the first
         replacement of a worker (a death: the stdlib's worker thread reaped it) or at
-        ``close()`` (:meth:`watch_now`). A thread started right after a round of forks waits
-        for a core behind the children's exits (~3 ms on two cores): a Pool that loses no
-        worker never pays it."""
+        ``close()`` (:meth:`watch_now`): a Pool that loses no worker never starts it."""
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
         if self._wanted or pool._ctx.get_start_method() != "fork":
@@ -242,13 +228,6 @@ class Watch:
         with self.lock:
             workers = list(self.workers)
         return all(w.slot.view[PHASE] in _HOLDS_NOTHING for w in workers)
-
-    def idle(self) -> List[Any]:
-        """The processes of the workers that wait for a task or for the task queue's lock (past
-        their initializer: what a settled terminate tells to go, see ``farewell``)."""
-        with self.lock:
-            workers = list(self.workers)
-        return [w.proc for w in workers if w.slot.view[PHASE] in (IDLE, WAITING) and w.proc._popen is not None]
 
     def _live_pool(self) -> Any:
         """The Pool, unless it is gone or being terminated: by ``terminate()``, or by its

@@ -28,7 +28,7 @@ from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]  # typeshed omits these runtime names
 from typing import Any, Callable, Optional, Sequence
 
-from .._backend import exits as _exits, finalizers as _finalizers, pickling as _pickling, posix as _posix
+from .._backend import finalizers as _finalizers, pickling as _pickling, posix as _posix
 from .errors import wrap_task_exception
 
 __all__ = ["worker", "load_function", "Slot", "Notice", "Timed", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
@@ -149,21 +149,17 @@ def load_function(data: bytes) -> Any:
 
 def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
            initargs: Sequence[Any] = (), maxtasks: Optional[int] = None, wrap_exception: bool = False,
-           slot: Any = None, inherited: Any = None, farewell: Any = None) -> None:
+           slot: Any = None, inherited: Any = None) -> None:
     """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``.
 
     ``inherited``: the ``__main__`` functions and classes this worker has by fork (a
     ``MainObjects``, None under spawn): its results name them by reference, so that the
-    parent gets its own (an exception of a class a cell defined is caught as itself).
-    ``farewell``: where it announces its end when its ending Pool tells it to go (an
-    ``exits.ExitChannel``'s ends, see ``farewell``; None: it is killed as the stdlib's are)."""
+    parent gets its own (an exception of a class a cell defined is caught as itself)."""
     # Through _signal (the signal module's wrapper costs 0.1 ms in a fresh fork). An nbmp
     # process ignores SIGINT from its start already; a standard one (a Pool given a
     # standard context) does from here.
     _posix.ignore_interrupts()
     _posix.default_termination()
-    if farewell is not None and _posix.LET_GO is not None:
-        _posix.on_signal(_posix.LET_GO, lambda signum, frame: _exits.farewell(farewell))
     slot = slot.view  # the stores below are the per-task cost of crash tracking
     inqueue._writer.close()
     outqueue._reader.close()

@@ -17,11 +17,10 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
-from .._backend.popen_fork import MadeForChildren
 from .._base import Event, RunFinished, WorkerOutput
 from .._base.util import display_kind
 
-__all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "render", "StreamPrinter", "prepare_writers", "redirect_std_fds",
+__all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "render", "StreamPrinter", "redirect_std_fds",
            "STATUS_INTERVAL"]
 
 OUTPUT_MODES = {
@@ -312,25 +311,13 @@ def _line_writer(fd: int) -> TextIO:
     return io.open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)
 
 
-# The workers' writers on fds 1 and 2, made in the parent before it forks them: a forked
-# worker takes them as they are. Two writers made in a fresh fork cost it ~30 copy-on-write
-# faults more than taking these (the codec lookup, the encoder, three objects each).
-_writers: MadeForChildren[Tuple[TextIO, TextIO]] = MadeForChildren(lambda: (_line_writer(1), _line_writer(2)))
-
-
-def prepare_writers() -> None:
-    """In the parent, before forking workers that relay their output: make the writers
-    they will take (once per process; the parent never writes through them)."""
-    _writers.prepare()
-
-
 def redirect_std_fds(stdout_fd: int, stderr_fd: int) -> None:
     """In a worker: make fds 1 and 2 the given pipes and ``sys.stdout``/``stderr``
     line-buffered writers on them (a spawned child's would be block-buffered)."""
     previous: List[Any] = [sys.stdout, sys.stderr]
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
-    sys.stdout, sys.stderr = _writers.take() or (_line_writer(1), _line_writer(2))
+    sys.stdout, sys.stderr = _line_writer(1), _line_writer(2)
     for old, new in zip(previous, (sys.stdout, sys.stderr)):
         _reroute(old, new)
 

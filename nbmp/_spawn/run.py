@@ -26,13 +26,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import pickling as _pickling, plugin as _plugin, posix as _posix
 from .._backend.main_module import MainObjects
-from .._backend.exits import ExitChannel
-from .._backend.popen_fork import FORKS_WORKERS, fork_round
-from .._backend.process import start_workers
+from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
-from .output import StreamPrinter, prepare_writers
+from .output import StreamPrinter
 from .args import check_arguments, check_grace_period
 from .supervisor import Supervisor, Worker
 from .worker import Job, run
@@ -162,6 +160,7 @@ def _wait(sup: Supervisor, timeout: Optional[float]) -> bool:
     while deadline is None or deadline > 0:
         step = _posix.INTERRUPT_SLICE if deadline is None else min(_posix.INTERRUPT_SLICE, deadline)
         if sup.done.wait(step):
+            sup.thread.join()  # past its last step: no nbmp thread outlives the call that waited
             return True
         if deadline is not None:
             deadline -= step
@@ -240,9 +239,6 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
         if process_context is not None:
             process_context._stop_after_interrupt()
         raise
-    finally:
-        if join and process_context is not None:
-            process_context._supervisor.let_workers_exit()  # the caller has the outcome (or an interrupt)
     return process_context.results
 
 
@@ -306,30 +302,18 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
     """Start the workers and the thread that supervises them; on failure, undo it all.
 
     Every worker's pipes and process object are made first, then the workers are started
-    in one fork round (nbmp's fork handlers run once for them all, and the parent writes
-    as little as it can between forks: each page it writes there is copied once per child
-    already forked)."""
+    in one fork round (nbmp's fork handlers run once for them all)."""
     workers: List[Worker] = []
     unstarted: List[_Unstarted] = []
     supervisor: Optional[Supervisor] = None
-    endings: Optional[ExitChannel] = None
     try:
         _prepare_parent()
         method = ctx.get_start_method()
         unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
-        if join and method == "fork" and FORKS_WORKERS:
-            # The caller gets values, never the processes: the run may end on the workers' word
-            # that they have ended, without waiting for the kernel to free their memory.
-            endings = ExitChannel()
-            for one in unstarted:
-                endings.attach(one.worker.process)
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
-        supervisor = Supervisor(run_id, [one.worker for one in unstarted], events, flush, grace_period, joined=join,
-                                endings=endings)
+        supervisor = Supervisor(run_id, [one.worker for one in unstarted], events, flush, grace_period, joined=join)
         held = supervisor.prepare()
         if method == "fork":  # a worker must not keep the other workers' write ends open
-            if output != "inherit":
-                prepare_writers()
             main_objects = MainObjects()
             main_objects.record()
             ends = [tuple(end.fileno() for end in one.ends) for one in unstarted]
@@ -338,15 +322,12 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
             parents = held + tuple(fd for one in unstarted
                                    for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
             for k, one in enumerate(unstarted):
-                # Forked back to back, a worker has every worker's ends; one by one, the later ones'.
-                others = ends[:k] + ends[k + 1:] if FORKS_WORKERS else ends[k + 1:]
-                one.job.inherited = parents + tuple(fd for fds in others for fd in fds)
+                # Forked one by one, a worker has the later workers' ends (the earlier ones' are closed).
+                one.job.inherited = parents + tuple(fd for fds in ends[k + 1:] for fd in fds)
                 one.job.main_objects = main_objects
         with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
             if method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1":
                 _start_all_at_once(unstarted, workers)  # leaves unstarted empty, or raises
-            if method == "fork" and FORKS_WORKERS:
-                _start_back_to_back(unstarted, workers)  # leaves unstarted empty, or raises
             while unstarted:
                 one = unstarted[0]
                 try:
@@ -355,34 +336,16 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
                     for end in one.ends:
                         end.close()  # the child has its copies; ours would hide its exit
                 workers.append(unstarted.pop(0).worker)
-        if endings is not None:
-            endings.forked()
         for worker in workers:
             events.handle(WorkerStarted(run_id, worker.index, int(worker.process.pid)))  # type: ignore[arg-type]  # started: pid is set
         supervisor.start()
     except BaseException:
         if supervisor is not None:
-            supervisor.discard()  # closes ``endings``
-        elif endings is not None:
-            endings.close()
+            supervisor.discard()
         _abandon(workers, unstarted)
         board.close()
         raise
     return ProcessContext([w.process for w in workers], supervisor)
-
-
-def _start_back_to_back(unstarted: List["_Unstarted"], workers: List[Worker]) -> None:
-    """Fork every worker, back to back (``start_workers``); those started move from
-    ``unstarted`` to ``workers`` in index order; a failure is raised after that move."""
-    try:
-        start_workers([one.worker.process for one in unstarted])
-    finally:
-        for one in unstarted:
-            for end in one.ends:
-                end.close()  # the children have their copies (or never will)
-            one.ends = []
-        while unstarted and unstarted[0].worker.process._popen is not None:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
-            workers.append(unstarted.pop(0).worker)
 
 
 def _start_all_at_once(unstarted: List["_Unstarted"], workers: List[Worker]) -> None:

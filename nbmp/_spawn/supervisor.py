@@ -28,7 +28,6 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._backend import exits
 from .._backend.popen_fork import peak_rss
 from .._backend.posix import WakeUp
 from .._forking import ForkLock
@@ -72,7 +71,7 @@ class Supervisor:
     """Watches one run's workers from a daemon thread; see the module docstring."""
 
     def __init__(self, run_id: int, workers: List[Worker], events: Any, flush: Callable[[], None],
-                 grace_period: float, joined: bool = True, endings: Optional[exits.ExitChannel] = None) -> None:
+                 grace_period: float, joined: bool = True) -> None:
         self.run_id = run_id
         self.workers = workers
         self.events = events
@@ -86,6 +85,7 @@ class Supervisor:
         self.stopped = False  # by the user (the dashboard's Stop button), while workers still ran
         self.crash: Optional[BaseException] = None  # a bug in the loop itself
         self.done = threading.Event()
+        self.thread = threading.Thread()  # the supervising one, once started
         self._flush = flush
         self._kill_at: Optional[float] = None
         self._terminate_at: Optional[float] = None  # a failure's SIGTERM, once its patience ends
@@ -100,21 +100,15 @@ class Supervisor:
         self._splitters: Dict[int, LineSplitter] = {}
         self._emits: Dict[int, Callable[..., None]] = {}  # output fd -> its _emitter
         self._statuses_at = 0.0  # the next status lines may be passed on from then (time.monotonic)
-        # Where the workers announce their ends (nbmp._backend.exits), for a run whose caller gets
-        # values, never the processes: a worker that announced is done, and is reaped once the
-        # run has ended, while the kernel frees its memory (the caller does not wait for that).
-        self._endings = endings
-        self._unreaped: List[Worker] = []
-        self._by_token: Dict[int, Worker] = {}
 
     def start(self) -> None:
         # Run in a copy of the caller's context: ipykernel keeps the current cell in a
         # context variable, so the relayed lines land in the cell that called spawn.
         # The target is a function of this module, so the thread counts as nbmp's own (not a
         # user thread to warn about) when another run forks (see nbmp._forking.threads).
-        thread = threading.Thread(target=_supervise, args=([self], contextvars.copy_context()),
-                                  name=f"nbmp-spawn-{self.run_id}", daemon=True)
-        thread.start()
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._main,),
+                                       name=f"nbmp-spawn-{self.run_id}", daemon=True)
+        self.thread.start()
 
     def stop(self, grace_period: float) -> None:
         """From any thread: SIGTERM every live worker now, SIGKILL after ``grace_period``."""
@@ -153,13 +147,11 @@ class Supervisor:
     # The loop
     # ------------------------------------------------------------------
 
-    def _main(self) -> List[BaseProcess]:
-        """The run, from its start to its end; returns the workers' processes still to reap."""
+    def _main(self) -> None:
+        """The run, from its start to its end (every worker reaped)."""
         try:
             for worker in self.workers:  # started: its sentinel exists
                 self._selector.register(worker.process.sentinel, selectors.EVENT_READ, ("exit", worker))
-            self._by_token = {channel[1]: worker for worker in self.workers
-                              if (channel := exits.channel_of(worker.process)) is not None}
             while any(w.exitcode is None for w in self.workers):
                 self._step()
         except BaseException as exc:  # a bug here must not leave join() waiting forever
@@ -174,7 +166,6 @@ class Supervisor:
                                            and not self.stopped and self.crash is None))
             self._flush()
             self.done.set()
-        return [worker.process for worker in self._unreaped]
 
     def prepare(self) -> Tuple[int, ...]:
         """Before the workers start: watch the wake-up pipe and every worker's pipes (its exit
@@ -183,8 +174,6 @@ class Supervisor:
         worker still sharing it. Returns the descriptors this supervisor holds, which a worker
         forked meanwhile closes (its selector's and its wake-up pipe's)."""
         self._selector.register(self._wakeup, selectors.EVENT_READ, ("wake", None))
-        if self._endings is not None:
-            self._selector.register(self._endings.fileno(), selectors.EVENT_READ, ("ending", None))
         for worker in self.workers:
             self._selector.register(worker.result_pipe, selectors.EVENT_READ, ("result", worker))
             self._results_pending.add(worker.index)
@@ -193,23 +182,13 @@ class Supervisor:
                 self._emits[fd] = emit = self._emitter(worker.index, stream)
                 self._splitters[fd] = LineSplitter(emit)
                 self._selector.register(fd, selectors.EVENT_READ, ("output", worker))
-        endings = () if self._endings is None else self._endings.parent_ends()
-        return (*self._wakeup.descriptors(), self._selector.fileno(), *endings)
-
-    def let_workers_exit(self) -> None:
-        """The caller has the run's outcome (values or error): the workers that announced their
-        ends and wait (``nbmp._backend.exits``) exit now, their teardowns after the return. Idempotent."""
-        if self._endings is not None:
-            exits.leaving([w.process.pid for w in list(self._unreaped) if w.process.pid])  # announced: tearing down from now on
-            self._endings.close()
+        return (*self._wakeup.descriptors(), self._selector.fileno())
 
     def discard(self) -> None:
         """The run did not start (a worker's start failed): let go of the selector and the
         wake-up pipe; the workers' pipes are the starter's to close."""
         self._selector.close()
         self._wakeup.close()
-        if self._endings is not None:
-            self._endings.close()
         self._splitters.clear()
         self._emits.clear()  # their closures hold this supervisor: no cycle may keep the workers' records
 
@@ -272,15 +251,9 @@ class Supervisor:
                 wrote |= self._read_output(key.fd)
             elif kind == "result" and worker.index in self._results_pending:
                 self._read_result(worker)
-            elif kind == "exit" and worker.exitcode is None:  # None: not announced in this batch
+            elif kind == "exit" and worker.exitcode is None:
                 self._finish(worker)
                 wrote = True
-            elif kind == "ending":
-                for ending in self._endings.read():  # type: ignore[union-attr]  # registered only with one
-                    announced = self._by_token.get(ending.token)
-                    if announced is not None and announced.exitcode is None:
-                        self._finish(announced, ending)
-                        wrote = True
             elif kind == "wake":
                 self._wakeup.clear()
         return wrote
@@ -321,10 +294,8 @@ class Supervisor:
             except OSError:
                 pass
 
-    def _finish(self, worker: Worker, ending: Optional[exits.Ending] = None) -> None:
-        """The worker's process ended, or announced its end (``ending``, with every descriptor
-        it had closed): take what it left in its pipes, then reap it (after the run, if it
-        announced)."""
+    def _finish(self, worker: Worker) -> None:
+        """The worker's process ended: take what it left in its pipes, then reap it."""
         self._selector.unregister(worker.process.sentinel)
         for fd in list(worker.output_pipes):
             while fd in self._splitters and self._read_output(fd):
@@ -337,12 +308,7 @@ class Supervisor:
             else:
                 self._selector.unregister(worker.result_pipe)
                 self._results_pending.discard(worker.index)
-        if ending is None:
-            worker.exitcode = _reap(worker.process)
-        else:
-            exits.mark(worker.process, ending)
-            worker.exitcode = ending.code
-            self._unreaped.append(worker)
+        worker.exitcode = _reap(worker.process)
         self._report_exit(worker)
 
     def _report_exit(self, worker: Worker) -> None:
@@ -388,16 +354,6 @@ class Supervisor:
             worker.result_pipe.close()
         self._selector.close()
         self._wakeup.close()
-
-
-def _supervise(holder: List[Supervisor], context: contextvars.Context) -> None:
-    """The supervisor thread: the run (in a copy of the caller's context), then the reaping of
-    the workers that announced their ends, which the kernel is still tearing down (the caller
-    has its values by then). Only their process objects are held meanwhile: not the
-    supervisor, whose records hold the values (a value the caller drops is freed at once)."""
-    unreaped = context.run(holder.pop()._main)
-    for process in unreaped:
-        process._popen.reap()  # type: ignore[attr-defined]  # stdlib private: nbmp's fork Popen (exits.mark)
 
 
 def _reap(process: BaseProcess) -> int:

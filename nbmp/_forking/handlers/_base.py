@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Optional, Tuple
+from typing import ClassVar, Optional, Tuple
 
 __all__ = ["ForkHandler", "ForkSafetyWarning", "Worker"]
 
@@ -67,13 +67,6 @@ class ForkHandler:
         """In a fork server, once, after its preloads and before its first fork: what every
         worker it forks would otherwise make again (they inherit it, ``worker.from_fork_server``)."""
         pass
-
-    def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
-        """In the parent, after ``before``: what a worker forked now must run, ``in_child``
-        by default; None where the fork leaves it nothing to do (the parent did it for the
-        round's children, or the state it resets is not there). The workers skip the call
-        (each function a fresh fork runs costs it copy-on-write faults)."""
-        return self.in_child
 
     def __repr__(self) -> str:
         return f"<fork handler {type(self).__name__}>"

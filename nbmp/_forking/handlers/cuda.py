@@ -5,7 +5,7 @@ backend, and warns once in the parent with the fix: the spawn start method."""
 from __future__ import annotations
 
 import sys
-from typing import Callable, Optional
+from typing import Optional
 
 from ._base import ForkHandler, Worker
 
@@ -35,6 +35,3 @@ class Cuda(ForkHandler):
     def in_child(self, worker: Worker) -> None:
         if worker.forked and self.parent_initialized:
             sys.modules["torch"].set_default_device(None)  # CPU, with no device mode left on every torch call
-
-    def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
-        return self.in_child if self.parent_initialized else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Callable, List, Optional
+from typing import List
 
 from ..threads import alone
 from ._base import ForkHandler, Worker
@@ -41,6 +41,3 @@ class Logging(ForkHandler):
 
     def in_child(self, worker: Worker) -> None:
         self._held = []  # logging has re-created these locks in the child
-
-    def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
-        return self.in_child if self._held else None

@@ -9,7 +9,7 @@ it again). A live user thread is the hazard worth one warning.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol
+from typing import Optional, Protocol
 
 from ..threads import alone, user_threads
 from ._base import ForkHandler, Worker
@@ -58,6 +58,3 @@ class NbmpThreads(ForkHandler):
         if worker.forked and self.held:
             self.locks.reset()
             self.held = False
-
-    def forked_child_call(self) -> Optional[Callable[[Worker], None]]:
-        return self.in_child if self.held else None
