@@ -824,7 +824,7 @@ def test_fork_safety_notebook_shows_its_results():
 
 def test_gnu_openmp_not_loaded_is_looked_for_again_only_after_an_import(monkeypatch):
     # Each round of forks asks whether libgomp is loaded; reading /proc/self/maps for a "no"
-    # every time cost a parent without torch ~0.5 ms a round. A library comes with an import.
+    # every time would cost a parent without torch at every round. A library comes with an import.
     import io
     import sys
     import types

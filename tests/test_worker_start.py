@@ -174,7 +174,7 @@ def _private_pages(size):
 def test_a_run_ends_on_its_workers_word_and_reaps_them_after(tmp_path):
     # spawn(join=True) ends once each worker said it ends (nbmp._backend.exits): by then it has
     # closed every descriptor (its lock is free); the kernel is still tearing it down (this
-    # parent's 512 MiB of pages make the page tables its fork copies take ~10 ms to free).
+    # parent's 512 MiB of pages make the page tables its fork copied slow to free).
     path, seen = tmp_path / "lock", []
     parent_pages = _private_pages(512 << 20)
     try:

@@ -1,8 +1,7 @@
 """Workers that say how they end before the kernel has finished ending them.
 
 A forked child's exit is mostly the kernel tearing down the page tables its fork copied
-(~3.8 ms of a ~4.8 ms life for a bare child of a parent with torch imported, see
-docs/benchmarks.md), and a parent that waits on the child's exit (a pidfd, a sentinel
+(most of a bare child's life in a parent with torch imported), and a parent that waits on the child's exit (a pidfd, a sentinel
 pipe, ``waitpid``) waits for all of it: the kernel closes a dying process's descriptors
 and wakes its parent only after its memory is gone. A worker forked with an
 :class:`ExitChannel` instead, once its process object's life is over, closes every
@@ -20,8 +19,7 @@ A worker with little memory of its own (``PARK_PRIVATE_LIMIT``) then waits, befo
 it has the run's outcome) or ``PARK_LIMIT`` seconds have passed, and exits as a batch process
 (``posix.run_as_batch``: woken, it takes a free CPU and preempts no one). Its teardown would
 otherwise take a CPU from the workers still running, from the parent's supervision and from
-the caller's next steps. On two cores, four workers of a torch parent tearing down during
-the run made ``spawn`` return ~4 ms later (docs/benchmarks.md, "Stop 51"). What a waiting
+the caller's next steps. What a waiting
 worker holds meanwhile is its page tables and a few pages.
 
 Who reads the records: ``nbmp.spawn`` with ``join=True``, whose caller gets values and never
@@ -238,8 +236,7 @@ def wait_for_leavers(limit: Optional[float] = None) -> None:
     """Before a round of forks: until the workers let go before it are gone, at most ``limit``
     seconds (default ``LEAVERS_LIMIT``). A parent's fork and the teardown of one of its children
     take the same locks (those of the memory areas they share), so the two at once each wait
-    for the other: a loop of ``with Pool(4)`` calls was ~10% slower than with this wait
-    (docs/benchmarks.md, "Stop 52"). The workers are forgotten after one wait."""
+    for the other. The workers are forgotten after one wait."""
     global _leaving
     owner, pending = _leaving
     if owner != os.getpid() or not pending:

@@ -110,7 +110,7 @@ class MainObjects:
         builtins that ``__main__`` does not rebind. Then the
         worker rebuilds it in its own ``__main__`` namespace (as :func:`make_function` does a
         by-value one) from a few bytes, without cloudpickle's walk of the function, which
-        right after the forks costs the parent ~200 copy-on-write faults (~1 ms)."""
+        right after the forks costs the parent copy-on-write faults."""
         code = func.__code__
         if self._codes.get(id(code)) is not code or os.getpid() != self._key[0]:
             return None

@@ -107,7 +107,7 @@ def _devnull_reader() -> TextIO:
 
 
 # The child's stdin. The stdlib's bootstrap closes the inherited one and opens /dev/null in
-# its place (a text reader made in a fresh fork costs it ~35 copy-on-write faults). Made once
+# its place (a text reader made in a fresh fork writes pages it shares with its parent). Made once
 # in the parent, a forked child takes it instead: its entry closes the inherited stdin and
 # leaves None, which the stdlib's bootstrap then skips, and the process object's
 # ``_after_fork`` (called right after that) puts this reader in.

@@ -1,10 +1,9 @@
 """A forked worker's whole life: the standard ``BaseProcess._bootstrap``'s protocol, each
 step done only where it has something to do, with what the parent made for it.
 
-Every page a fresh fork writes is a copy-on-write fault (~2.4 µs on the machines
-docs/benchmarks.md names), and each Python function it runs for the first time, each
-object it makes, writes a few. The standard bootstrap and launch cost a worker ~170 such
-faults before and after its target, most for steps that find nothing to do there (an
+Every page a fresh fork writes is a copy-on-write fault, and each Python function it runs
+for the first time, each object it makes, writes a few. The standard bootstrap and launch
+cost a worker such faults before and after its target, most for steps that find nothing to do there (an
 empty finalizer registry cleared, the threads of a process that has one joined, a pipe
 pair per child for a sentinel that a pidfd gives) or that make again in every child what
 the parent could make once (its ``parent_process()`` record, the sorted list of after-fork

@@ -2,8 +2,7 @@
 
 ``terminate()`` kills its workers and waits for each to be gone: with nothing in flight
 (``Watch.settled``, the common ``with Pool(4) as p: p.map(...)``) that wait is most of its
-time, the kernel tearing down the page tables each worker's fork copied (~10 ms of a
-~31 ms ``with Pool(4)`` on two cores, docs/benchmarks.md). A forked worker made by nbmp
+time, the kernel tearing down the page tables each worker's fork copied. A forked worker made by nbmp
 carries the ends of its Pool's :class:`~nbmp._backend.exits.ExitChannel`; at a settled
 terminate the parent sends each idle one ``posix.LET_GO``, whose handler announces an end
 by SIGTERM, waits (``exits.announce``) and dies of SIGTERM: its exit code is the one a

@@ -362,7 +362,7 @@ class Pool(_stdpool.Pool):
         # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
         # then joins, may wait on what a dead worker left: see _unblock_threads. Not for a Pool
         # that had nothing in flight (Watch.settled; the common `with Pool() as p: p.map(...)`):
-        # two thread starts and ~0.55 ms of their CPU fewer a terminate.
+        # nothing can be left there, so two thread starts are saved.
         if not (outqueue in SETTLED and not cache):
             _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler, result_handler,
                            name="nbmp-pool-unblock")
@@ -460,8 +460,8 @@ def _report_progress(result: Any, sink: Any, target: str, start_method: str, npr
                      workers: List[Any]) -> None:
     """Emit the map's events to ``sink`` from this (the caller's) thread until it is done,
     the end of each worker that dies holding one of its tasks included. A sink with
-    ``timeline = False`` (the text bar) gets no ``TaskRan`` per chunk: making them cost
-    7 µs a chunk, on the thread that competes with the Pool's result thread."""
+    ``timeline = False`` (the text bar) gets no ``TaskRan`` per chunk: making them would
+    cost this thread, which competes with the Pool's result thread, time for nothing."""
     run_id, total = new_run_id(), watch.lengths.get(result._job, 0)
     chunks = result._number_left
     ran = _chunks_ran(result) if getattr(sink, "timeline", True) else deque()

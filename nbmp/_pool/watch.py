@@ -195,7 +195,7 @@ class Watch:
         the workers' memory (a forkserver Pool: see ``_Worker.sample_rss``), else at the first
         replacement of a worker (a death: the stdlib's worker thread reaped it) or at
         ``close()`` (:meth:`watch_now`). A thread started right after a round of forks waits
-        for a core behind the children's exits (~3 ms on two cores): a Pool that loses no
+        for a core behind the children's exits: a Pool that loses no
         worker never pays it."""
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue

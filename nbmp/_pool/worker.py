@@ -157,7 +157,7 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     parent gets its own (an exception of a class a cell defined is caught as itself).
     ``farewell``: where it announces its end when its ending Pool tells it to go (an
     ``exits.ExitChannel``'s ends, see ``farewell``; None: it is killed as the stdlib's are)."""
-    # Through _signal (the signal module's wrapper costs 0.1 ms in a fresh fork). An nbmp
+    # Through _signal (the signal module's wrapper writes shared pages in a fresh fork). An nbmp
     # process ignores SIGINT from its start already; a standard one (a Pool given a
     # standard context) does from here.
     _posix.ignore_interrupts()
