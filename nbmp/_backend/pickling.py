@@ -462,12 +462,11 @@ def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> Pi
     reason = str(exc).rstrip(". ")
     if "Fix:" in reason:  # the error already says what to do (e.g. a CUDA tensor)
         return PicklingError(f"cannot pickle {where} to {action}: {reason}.")
-    return PicklingError(
-        f"cannot pickle {where} to {action}: {reason}.\n"
-        f"Fix: pass it another way (create it inside the worker, or send what is "
-        f"needed to rebuild it), or use the 'fork' start method (nbmp's default), "
-        f"under which workers inherit their target and arguments without pickling."
-    )
+    fix = "pass it another way (create it inside the worker, or send what is needed to rebuild it)"
+    if "start method" in action:  # only a spawn or forkserver start pickles what fork lets workers inherit
+        fix += (", or use the 'fork' start method (nbmp's default), under which workers inherit their target "
+                "and arguments without pickling")
+    return PicklingError(f"cannot pickle {where} to {action}: {reason}.\nFix: {fix}.")
 
 
 def refused_by_pickler(exc: BaseException) -> bool:

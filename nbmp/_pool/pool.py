@@ -525,9 +525,9 @@ def _task_ran(run_id: int, i: int, obj: Any, arrived: float, chunksize: int, tot
     return None
 
 
-def _check_func(func: Any) -> None:
+def _check_func(func: Any, name: str = "func", example: str = "pool.map(f, items)") -> None:
     if not callable(func):
-        raise TypeError(f"func must be callable, not {func!r}: pass the function itself, e.g. pool.map(f, items)")
+        raise TypeError(f"{name} must be callable, not {func!r}: pass the function itself, e.g. {example}")
 
 
 _DEFAULTS = {"processes": ("nbmp.Pool(4)", "one per core"), "workers": ("workers=4", "up to one per core"),
@@ -557,7 +557,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     cluster_backend = _plugin("cluster")  # ``cluster``: see nbmp.spawn
     if cluster_backend is not None and cluster_backend.wanted(cluster):
         return cluster_backend.parallel_map(fn, iterable, workers, progress, chunksize, start_method, cluster=cluster)  # type: ignore[no-any-return]
-    _check_func(fn)
+    _check_func(fn, "fn", "nbmp.parallel_map(f, items)")
     if workers is not None:
         workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)
     _check_processes(chunksize, "chunksize")

@@ -19,6 +19,7 @@ import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .._backend import posix as _posix
+from .._base.util import ISSUES
 from . import _janitor
 
 __all__ = ["tree_root", "send", "request"]
@@ -150,7 +151,7 @@ def _reply(conn: socket.socket, root: int, message: str) -> Tuple[bytes, List[in
         raise TimeoutError(f"nbmp's shared-memory janitor (of process {root}) did not answer "
                            f"{message.split(' ')[0].strip()!r} within {REPLY_TIMEOUT:g} s. It serves every "
                            f"process of this tree one message at a time: a machine swapping hard, or a "
-                           f"stopped janitor, makes it this slow; if neither, please report it.") from None
+                           f"stopped janitor, makes it this slow; if neither, please report it at {ISSUES}.") from None
     finally:
         conn.settimeout(None)
     return data, fds
