@@ -28,6 +28,7 @@ def check_dashboard(choice: Choice, name: str = "dashboard") -> Optional[str]:
         return None
     if choice is True or choice is False:
         return "on" if choice else "off"
+
     def written(value: str) -> str:  # as the user writes it: a keyword, or set_dashboard's argument
         return f"nbmp.set_dashboard({value})" if name == "set_dashboard" else f"{name}={value}"
     if isinstance(choice, str):
@@ -35,8 +36,8 @@ def check_dashboard(choice: Choice, name: str = "dashboard") -> Optional[str]:
             return choice
         raise ValueError(f"{written(repr(choice))} is not a dashboard choice: use {_VALID} "
                          f"(e.g. {written(repr('text'))} for a plain-text status, {written('False')} for none)")
-    what = "nbmp.set_dashboard's choice" if name == "set_dashboard" else name
-    raise TypeError(f"{what} must be {_VALID}, not {type(choice).__name__} {choice!r}")
+    raise TypeError(f"{'nbmp.set_dashboard' if name == 'set_dashboard' else name} must be {_VALID}, "
+                    f"not {type(choice).__name__} {choice!r}")
 
 
 def set_dashboard(choice: Choice) -> None:
