@@ -1,7 +1,7 @@
 """Throughput of a Pool on many tiny tasks: nbmp.Pool against the standard Pool and its peers.
 
 100,000 calls of a trivial function on 2 workers, from a parent that imported numpy and
-torch where installed (a realistic kernel, as issue 19 measures); tasks per second, the
+torch where installed (what a realistic kernel has); tasks per second, the
 median and the best of ``--repeat`` runs, pool start-up excluded (every library's pool
 is warmed with one small map first; rounds interleaved across libraries). Prints a
 Markdown table with each rate relative to ``multiprocessing.Pool`` at the same chunksize.

@@ -1,7 +1,7 @@
 """Round trips of big float32 arrays parent -> worker -> parent, nbmp side by side with its peers,
 and the memory (summed PSS) of 4 workers reading one 1 GiB array; first, nbmp against its floors.
 
-The floors (issue 19), measured interleaved in one run, medians of --repeats (default 7):
+The floors, measured interleaved in one run, medians of --repeats (default 7):
 
 * a shared array's round trip (it already lives in nbmp shared memory; sent through an nbmp
   Queue to a worker and back) against a hand-placed ``multiprocessing.shared_memory`` handle

@@ -29,7 +29,7 @@ import _plot
 import nbmp
 
 NPROCS = 4
-# Rows named twice: in the table, and in the ratios issue 19 asks for under it.
+# Rows named twice: in the table, and in the ratios printed under it.
 NBMP_SPAWN, TORCH_FORK = "**nbmp.spawn, default (fork), output relayed**", "torch start_processes, fork"
 STD_POOL, NBMP_POOL = "multiprocessing Pool, fork", "nbmp.Pool (fork), lambda"
 

@@ -15,9 +15,8 @@ Two probes, in a parent that imported numpy, torch and nbmp (a notebook kernel's
   more with ``clone(CLONE_PARENT)`` -- a child *of the parent*, which reaps all N as usual.
   The second copy of the page tables runs on another core while the parent makes its next
   fork: on a 2-core machine the core that sits idle during a sequential round's first forks
-  is put to work. nbmp's own rounds do not fork this way: built and measured at stop 47, a
-  round of nbmp workers gained nothing on two cores (docs/benchmarks.md, "Stop 47", says why
-  and what such a round must take care of).
+  is put to work. nbmp's own rounds do not fork this way: built and measured, a round of
+  nbmp workers gained nothing on two cores, where the fork itself is not the bottleneck.
 
 Linux on x86-64 or AArch64 only (the ``clone`` syscall's number). Rows take turns, run after
 run; medians, and the median of the per-round ratios.

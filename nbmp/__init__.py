@@ -14,9 +14,15 @@ Example::
     [2, 3, 4]
 """
 
-import multiprocessing as _multiprocessing
 import sys as _sys
-from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any
+
+if _sys.platform == "win32":  # its channels, workers and shared memory rest on fcntl, fork and POSIX signals
+    raise ImportError("nbmp runs on Linux (and, untested, macOS), not on Windows. On Windows use the standard "
+                      "multiprocessing module (define worker functions in a .py module the notebook imports), "
+                      "loky/joblib or multiprocess (dill pickling); or run the notebook under WSL.")
+
+import multiprocessing as _multiprocessing  # noqa: E402  (after the platform check)
+from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any  # noqa: E402
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from ._backend import register_factory as _register_factory, register_plugin as _register_plugin

@@ -9,7 +9,9 @@
 # %%
 import nbmp
 
-print(nbmp.doctor())
+report = nbmp.doctor()
+print("hazards:", report.hazards)
+display(report)  # threads, thread pools, /dev/shm, versions: this machine's
 
 # %% [markdown]
 # ## torch: a parallel matmul in the parent, then workers

@@ -7,6 +7,16 @@
 # locks, and the parent sees the trained weights. The workers are forked (nbmp's default),
 # so the model, the data and the training function defined in this notebook need no
 # pickling at all.
+#
+# **This notebook needs torch** (`pip install torch`; the CPU build is enough:
+# `--index-url https://download.pytorch.org/whl/cpu`). Without it, the first cell stops
+# the notebook with a message saying so.
+
+# %%
+import importlib.util
+
+if importlib.util.find_spec("torch") is None:
+    raise SystemExit("this notebook needs torch: pip install torch (the CPU build is enough)")
 
 # %%
 import torch

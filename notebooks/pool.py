@@ -68,7 +68,7 @@ def risky(x):
         os.kill(os.getpid(), signal.SIGKILL)
     return x
 
-pool = nbmp.Pool(2)
+pool = nbmp.Pool(1)   # one worker: the same one meets item 3 on every run
 try:
     pool.map(risky, range(8), chunksize=1)
 except nbmp.WorkerLostError as error:

@@ -4,6 +4,9 @@
 # `nbmp` is a drop-in for `multiprocessing` that is made for notebooks: fork is the
 # default start method, and lambdas, closures and functions or classes defined in a
 # cell work as targets, tasks and payloads under every start method.
+#
+# The notebooks, in reading order: `quickstart` (this one), `pool`, `sharing`,
+# `fork_safety`, `dashboard`, `cluster`, and `hogwild` (needs torch).
 
 # %%
 import nbmp as multiprocessing
@@ -24,8 +27,7 @@ print(squares)
 
 # %%
 def describe(n):
-    import os
-    return f"{n} handled by pid {os.getpid() % 1000:03d}"
+    return f"{n} handled by {multiprocessing.current_process().name}"
 
 
 with multiprocessing.get_context("spawn").Pool(2) as pool:
@@ -53,6 +55,37 @@ print(add_100(1), "exit code", worker.exitcode)
 # %%
 results = multiprocessing.spawn(lambda i, base: print(f"worker {i} ready") or base + i * i, args=(100,), nprocs=4)
 print(results)
+
+# %% [markdown]
+# ## A shared array
+#
+# `nbmp.zeros` makes a NumPy array in shared memory: workers write into the parent's
+# array, and only a small handle crosses the process boundary.
+
+# %%
+shared = multiprocessing.zeros(8)
+
+
+def fill(i, out):
+    out[i::4] = i + 1
+
+
+multiprocessing.spawn(fill, args=(shared,), nprocs=4)
+print(shared)
+
+# %% [markdown]
+# ## A cell that runs in workers: `%%nbmp`
+#
+# `%load_ext nbmp` adds the `%%nbmp` cell magic: the cell body runs in `-n` workers, with
+# `rank` and `world_size` defined and the notebook's globals visible; the value of the
+# last line comes back per rank.
+
+# %%
+%load_ext nbmp
+
+# %%
+%%nbmp -n 4
+int(shared[rank]) * 10
 
 # %% [markdown]
 # ## The live dashboard

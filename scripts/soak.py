@@ -24,7 +24,7 @@ from typing import List, Optional, Tuple
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Shared and plain arrays over a Pool, three times: the claim of pooled segments, the janitor's
-# round trips and the Pool's end (stop 38 found two hangs with it: docs/reliability.md).
+# round trips and the Pool's end, where hangs once in many runs have hidden.
 PROGRAM = """
 import time
 import numpy as np

@@ -102,7 +102,8 @@ BAD = [
     ("parallel-map-str", lambda: nbmp.parallel_map(_f, "abc"), TypeError, ["iterable", "'abc'"]),
     ("parallel-map-progress", lambda: nbmp.parallel_map(_f, [1], progress="yes"), TypeError,
      ["progress", "'yes'", "progress=True"]),
-    ("parallel-map-func", lambda: nbmp.parallel_map(5, [1]), TypeError, ["func must be callable", "5"]),
+    ("parallel-map-func", lambda: nbmp.parallel_map(5, [1]), TypeError,
+     ["fn must be callable", "5", "nbmp.parallel_map(f, items)"]),
     ("parallel-map-chunksize", lambda: nbmp.parallel_map(_f, [1], chunksize=0), ValueError, ["chunksize", "0"]),
     ("parallel-map-method", lambda: nbmp.parallel_map(_f, [1], start_method="threads"), ValueError,
      ["unknown start method 'threads'"]),
@@ -116,6 +117,8 @@ BAD = [
      ["grace_period", "'x'", "grace_period=3.0"]),
     ("spawn-method-int", lambda: nbmp.spawn(_rank, nprocs=1, start_method=5), TypeError, ["start_method", "5"]),
     ("spawn-dashboard", lambda: nbmp.spawn(_rank, nprocs=1, dashboard="loud"), ValueError, ["dashboard='loud'"]),
+    ("set-dashboard", lambda: nbmp.set_dashboard("loud"), ValueError,
+     ["nbmp.set_dashboard('loud') is not", "nbmp.set_dashboard('text')", "nbmp.set_dashboard(False)"]),
     ("spawn-nprocs-zero", lambda: nbmp.spawn(_rank, nprocs=0), ValueError, ["nprocs", "0"]),
     # sharing settings
     ("strategy-dir-is-file", None, ValueError, ["is a file, not a directory", "directory='/dev/shm'"]),

@@ -52,8 +52,20 @@ def test_set_start_method_has_standard_semantics():
         print(p.exitcode)
     """)
     lines = out.splitlines()
-    assert lines[0].startswith("refused: context has already been set")
+    assert lines[0].startswith("refused: context has already been set") and "To change it" in lines[0]
     assert lines[1:] == ["spawn SpawnContext", "None", "0"]
+
+
+def test_setting_the_same_start_method_again_says_nothing_would_change():
+    out = run_main("""
+        import nbmp
+        nbmp.set_start_method("fork")
+        try:
+            nbmp.set_start_method("fork")     # the cell run a second time
+        except RuntimeError as e:
+            print(e)
+    """)
+    assert "It is already 'fork': drop this call" in out and "change" not in out
 
 
 def test_importing_nbmp_leaves_the_standard_module_alone():

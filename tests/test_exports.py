@@ -10,6 +10,8 @@ import nbmp
 import nbmp.managers
 import nbmp.shared_memory
 
+from helpers import run_main
+
 
 def test_every_multiprocessing_name_resolves():
     missing = [name for name in multiprocessing.__all__ if not hasattr(nbmp, name)]
@@ -205,3 +207,15 @@ def test_a_spawned_worker_imports_only_the_layer_its_task_comes_from():
     assert nbmp.spawn(_layers_loaded, nprocs=1, start_method="spawn") == [["nbmp._spawn"]]
     with nbmp.get_context("spawn").Pool(1) as pool:
         assert pool.apply(_layers_loaded, (0,)) == ["nbmp._pool"]
+
+
+def test_import_on_windows_says_what_to_use_instead():
+    out = run_main("""
+        import sys
+        sys.platform = "win32"
+        try:
+            import nbmp
+        except ImportError as e:
+            print(e)
+    """)
+    assert "not on Windows" in out and "loky/joblib" in out and "WSL" in out

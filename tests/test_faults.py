@@ -439,7 +439,7 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("size, where, prepared", [(1_000, "before-the-payload", False), (300_000, "mid-payload", True)],
                          ids=["no-payload", "payload-cut-short"])
 def test_a_parent_killed_while_it_launches_a_spawn_child_leaves_no_traceback(tmp_path, size, where, prepared):
-    # Found by the fault campaign (seed 48): a parent SIGKILLed while it wrote a spawn child's
+    # Found by the fault campaign: a parent SIGKILLed while it wrote a spawn child's
     # payload left the child an EOFError traceback ("Ran out of input") on the shared stderr.
     # A payload missing or cut short by the parent's death (here after the preparation data, in
     # the process object) ends the child quietly.

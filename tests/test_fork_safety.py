@@ -791,6 +791,19 @@ def test_doctor_reports_threads_pools_shm_and_versions():
         assert any(p["internal_api"] == "openblas" and p["num_threads"] >= 1 for p in report.threadpools)
 
 
+def test_doctor_says_when_threadpoolctl_is_missing_and_what_that_costs():
+    out = run_main("""
+        import sys
+        sys.modules["threadpoolctl"] = None      # as if not installed
+        import numpy, nbmp
+        report = nbmp.doctor()
+        print(report.threadpoolctl)
+        print(report)
+    """)
+    assert out.startswith("False\n")
+    assert "threadpoolctl is not installed" in out and "oversubscribe" in out and "nbmp[fork-safety]" in out
+
+
 @pytest.mark.kernel
 def test_notebook_user_sees_no_noise_from_the_kernels_threads_and_one_warning_for_theirs(kernel):
     cell = kernel.run("import nbmp, threading\n"
@@ -824,7 +837,7 @@ def test_fork_safety_notebook_shows_its_results():
 
 def test_gnu_openmp_not_loaded_is_looked_for_again_only_after_an_import(monkeypatch):
     # Each round of forks asks whether libgomp is loaded; reading /proc/self/maps for a "no"
-    # every time cost a parent without torch ~0.5 ms a round. A library comes with an import.
+    # every time would cost a parent without torch at every round. A library comes with an import.
     import io
     import sys
     import types

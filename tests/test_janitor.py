@@ -112,8 +112,9 @@ def test_a_reply_given_up_on_is_never_read_as_the_next_ones(janitor, monkeypatch
         monkeypatch.setattr(_client, "REPLY_TIMEOUT", 0.5)
         os.kill(proc.pid, signal.SIGSTOP)
         try:
-            with pytest.raises(TimeoutError, match="did not answer 'claim' within 0.5 s"):
+            with pytest.raises(TimeoutError, match="did not answer 'claim' within 0.5 s") as info:
                 _client.request(janitor, "claim - s1\n")
+            assert "report it at https://" in str(info.value)
         finally:
             os.kill(proc.pid, signal.SIGCONT)
         assert _client.request(janitor, "stat\n") == ("0 0 0", [])  # not the claim's "- s1"

@@ -5,6 +5,7 @@ import glob
 from pathlib import Path
 import os
 import sys
+from typing import List, Tuple
 
 import nbformat
 import pytest
@@ -21,13 +22,27 @@ NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
 pytestmark = pytest.mark.kernel
 
 
+def shown(cell: nbformat.NotebookNode) -> Tuple[List[str], List[str], int]:
+    """What a reader sees of a code cell that does not change from run to run: its printed lines
+    (sorted: workers' relayed lines come in any order), its results, how many displays it made."""
+    outputs = cell.get("outputs", [])
+    printed = "".join(out.text for out in outputs if out.output_type == "stream" and out.name == "stdout")
+    printed = printed.replace("; its resident memory was # MiB", "")  # not there when no sample came first
+    results = [out.data.get("text/plain", "") for out in outputs if out.output_type == "execute_result"]
+    return sorted(printed.splitlines()), results, sum(out.output_type == "display_data" for out in outputs)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 @pytest.mark.timeout(300)
-def test_notebook_runs_without_errors(path):
-    for module in nbformat.read(path, as_version=4).metadata.get("nbmp", {}).get("requires", []):
+def test_notebook_runs_without_errors_and_is_saved_with_what_it_shows(path):
+    stored = nbformat.read(path, as_version=4)
+    for module in stored.metadata.get("nbmp", {}).get("requires", []):
         pytest.importorskip(module, reason=f"{os.path.basename(path)} needs {module}")
-    nb = run_notebook.execute(path)
-    assert any(text.strip() for text in run_notebook.cell_texts(nb)), "the notebook showed nothing"
+    fresh = make_notebook.executed(nbformat.read(path, as_version=4))  # raises on an error output
+    assert any(text.strip() for text in run_notebook.cell_texts(fresh)), "the notebook showed nothing"
+    for number, (saved, now) in enumerate(zip(stored.cells, fresh.cells)):
+        if saved.cell_type == "code":
+            assert shown(saved) == shown(now), f"{path}, cell {number}: saved outputs are stale: run `make notebooks`"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)

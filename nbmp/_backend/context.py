@@ -195,12 +195,15 @@ class DefaultContext(context.DefaultContext, BaseContext):
         """Set nbmp's default start method (once, like the stdlib; ``force=True`` to change it)."""
         if self._actual_context is not None and not force:
             current = self._actual_context._name
+            fixed = (f"context has already been set: nbmp's start method is {current!r} (set by an earlier "
+                     f"set_start_method or by the first object made with the default method), and "
+                     f"set_start_method may be called once")
+            if method == current:  # a re-run cell: nothing would change
+                raise RuntimeError(f"{fixed}. It is already {current!r}: drop this call, or write "
+                                   f"nbmp.set_start_method({method!r}, force=True) in a cell that is run again")
             raise RuntimeError(
-                f"context has already been set: nbmp's start method is fixed (to {current!r}, by an earlier "
-                f"set_start_method or by the "
-                f"first object made with the default method); set_start_method may be called once. "
-                f"To change it write nbmp.set_start_method({method!r}, force=True), or leave the default alone "
-                f"and use a context for the objects that need another method: ctx = nbmp.get_context({method!r}); "
+                f"{fixed}. To change it write nbmp.set_start_method({method!r}, force=True), or leave the default "
+                f"alone and use a context for the objects that need another method: ctx = nbmp.get_context({method!r}); "
                 f"ctx.Pool(...), or nbmp.spawn(..., start_method={method!r})")
         if method is not None:
             self.get_context(method)  # an unknown or unavailable method: a clear error, nothing changed

@@ -47,6 +47,7 @@ class ForkReport:
     os_kernel: str
     ipykernel: Optional[str]          # None: not running in (or without) ipykernel
     extra: Dict[str, Any] = field(default_factory=dict)
+    threadpoolctl: bool = True        # False: not installed, so pools already loaded are not capped in workers
 
     def __str__(self) -> str:
         lines = ["nbmp doctor: " + (f"{len(self.hazards)} hazard(s) before a fork" if self.hazards
@@ -63,7 +64,12 @@ class ForkReport:
         lines += [f"  {t.name} [{t.kind}{'' if t.daemon else ', non-daemon'}]" for t in self.threads]
         names = sorted({t.name for t in self.native_threads})
         lines += [f"  native: {', '.join(names)}"] if names else []
-        lines.append("thread pools:" if self.threadpools else "thread pools: none loaded (or threadpoolctl missing)")
+        if not self.threadpoolctl:
+            lines.append("thread pools: unknown, threadpoolctl is not installed: BLAS/OpenMP pools already loaded "
+                         "(numpy's, scipy's, torch's) keep their full thread count in every worker, so workers x "
+                         "threads can oversubscribe the cores; pip install 'nbmp[fork-safety]' to cap them")
+        else:
+            lines.append("thread pools:" if self.threadpools else "thread pools: none loaded")
         lines += [f"  {p.get('internal_api')} ({p.get('prefix')}): {p.get('num_threads')} threads"
                   for p in self.threadpools]
         return "\n".join(lines)
@@ -76,11 +82,12 @@ def _state(flag: Optional[bool], module: str) -> str:
     return f"({module} not imported)" if flag is None else str(flag)
 
 
-def _threadpools() -> List[Dict[str, Any]]:
+def _threadpools() -> Optional[List[Dict[str, Any]]]:
+    """The loaded BLAS/OpenMP pools; None where threadpoolctl is not installed."""
     try:
         from threadpoolctl import threadpool_info
     except ImportError:
-        return []
+        return None
     return [dict(info) for info in threadpool_info()]
 
 
@@ -104,10 +111,10 @@ def doctor() -> ForkReport:
         >>> print(report)       # the readable version
     """
     total, free = _shm()
-    ipykernel = sys.modules.get("ipykernel")
+    ipykernel, pools = sys.modules.get("ipykernel"), _threadpools()
     return ForkReport(
         hazards=_forking.hazards(), threads=_fork_threads.python_threads(),
-        native_threads=_fork_threads.native_threads(), threadpools=_threadpools(),
+        native_threads=_fork_threads.native_threads(), threadpools=pools or [], threadpoolctl=pools is not None,
         cuda_initialized=cuda_initialized() if "torch" in sys.modules else None,
         jax_initialized=jax_initialized() if "jax" in sys.modules else None,
         shm_total=total, shm_free=free, start_method=default_context.get_start_method(),

@@ -11,8 +11,7 @@ those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, whi
 fork safety uses in every worker where they have loaded a BLAS): the server imports them
 once, readies itself for its workers (``fork_server_ready``: their objects frozen out of its
 garbage collections, their thread pools found), and every worker is forked with them loaded
-(measured: 4 workers whose target uses torch, 2.4-2.8 s a run before, 60-110 ms after; see
-docs/dropin.md). nbmp never imports a framework the parent has not.
+(so no worker imports them itself; see docs/dropin.md). nbmp never imports a framework the parent has not.
 
 A preload list the user set (``set_forkserver_preload``, nbmp's or the standard
 module's: it is one server) is left as it is, and so is a server already running. The
@@ -52,7 +51,7 @@ def preload_frameworks() -> None:
         return
     frameworks = [name for name in FRAMEWORKS if name in sys.modules]
     # With a BLAS or OpenMP pool loaded, every worker's fork safety caps it through threadpoolctl:
-    # imported once in the server, not in each worker (~3 ms a worker on the 2-core VM).
+    # imported once in the server, not in each worker.
     helpers = ["threadpoolctl"] if frameworks and ("threadpoolctl" in sys.modules
                                                     or importlib.util.find_spec("threadpoolctl") is not None) else []
     # nbmp's layers whose workers the server forks (``import nbmp`` loads them on first use):

@@ -42,6 +42,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from cloudpickle import cloudpickle as _cloudpickle
 
+from .._base.util import ISSUES
+
 __all__ = ["MainObjects", "make_function", "set_function_state", "Initializer", "main_namespace"]
 
 
@@ -110,7 +112,7 @@ class MainObjects:
         builtins that ``__main__`` does not rebind. Then the
         worker rebuilds it in its own ``__main__`` namespace (as :func:`make_function` does a
         by-value one) from a few bytes, without cloudpickle's walk of the function, which
-        right after the forks costs the parent ~200 copy-on-write faults (~1 ms)."""
+        right after the forks costs the parent copy-on-write faults."""
         code = func.__code__
         if self._codes.get(id(code)) is not code or os.getpid() != self._key[0]:
             return None
@@ -155,7 +157,7 @@ def _function_from_code(key: Tuple[int, int], code_id: int, name: str, qualname:
     code = None if group is None else group._codes.get(code_id)
     if code is None:
         raise RuntimeError(f"nbmp: a function was sent by its code to a process that did not inherit it "
-                           f"({qualname}); this is a bug in nbmp, please report it")
+                           f"({qualname}); this is a bug in nbmp, please report it at {ISSUES}")
     func = FunctionType(code, main_namespace(), name, defaults)
     func.__qualname__, func.__doc__ = qualname, doc
     return func

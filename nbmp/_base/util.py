@@ -13,7 +13,9 @@ import sys
 import types
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
-__all__ = ["space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for",
+ISSUES = "https://github.com/nbmp-dev/nbmp/issues"  # where an error that is nbmp's own bug asks to be reported
+
+__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for",
            "tree", "join_tree"]
 
 

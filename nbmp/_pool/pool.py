@@ -426,8 +426,8 @@ def _report_progress(result: Any, sink: Any, target: str, start_method: str, npr
                      workers: List[Any]) -> None:
     """Emit the map's events to ``sink`` from this (the caller's) thread until it is done,
     the end of each worker that dies holding one of its tasks included. A sink with
-    ``timeline = False`` (the text bar) gets no ``TaskRan`` per chunk: making them cost
-    7 µs a chunk, on the thread that competes with the Pool's result thread."""
+    ``timeline = False`` (the text bar) gets no ``TaskRan`` per chunk: making them would
+    cost this thread, which competes with the Pool's result thread, time for nothing."""
     run_id, total = new_run_id(), watch.lengths.get(result._job, 0)
     chunks = result._number_left
     ran = _chunks_ran(result) if getattr(sink, "timeline", True) else deque()
@@ -491,9 +491,9 @@ def _task_ran(run_id: int, i: int, obj: Any, arrived: float, chunksize: int, tot
     return None
 
 
-def _check_func(func: Any) -> None:
+def _check_func(func: Any, name: str = "func", example: str = "pool.map(f, items)") -> None:
     if not callable(func):
-        raise TypeError(f"func must be callable, not {func!r}: pass the function itself, e.g. pool.map(f, items)")
+        raise TypeError(f"{name} must be callable, not {func!r}: pass the function itself, e.g. {example}")
 
 
 _DEFAULTS = {"processes": ("nbmp.Pool(4)", "one per core"), "workers": ("workers=4", "up to one per core"),
@@ -523,7 +523,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     cluster_backend = _plugin("cluster")  # ``cluster``: see nbmp.spawn
     if cluster_backend is not None and cluster_backend.wanted(cluster):
         return cluster_backend.parallel_map(fn, iterable, workers, progress, chunksize, start_method, cluster=cluster)  # type: ignore[no-any-return]
-    _check_func(fn)
+    _check_func(fn, "fn", "nbmp.parallel_map(f, items)")
     if workers is not None:
         workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)
     _check_processes(chunksize, "chunksize")

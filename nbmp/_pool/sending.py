@@ -68,8 +68,8 @@ def plain_task_bytes(task: Any) -> Optional[bytes]:
     """A map's task ``(job, i, mapstar, (Prepickled, chunk), {})`` pickled by the standard
     pickler, which sends it as nbmp's would when the chunk is plain (numbers, strings, short
     tuples of them: ``pickling.plain``) and the function's reduction is made and reusable;
-    else None. Right after the Pool's forks each pickler object nbmp's makes is ~20
-    copy-on-write faults in the parent: a first map's four tasks cost ~0.4 ms more."""
+    else None. Right after the Pool's forks each pickler object nbmp's makes is copy-on-write
+    faults in the parent, which a first map would pay per task."""
     if task.__class__ is not tuple or len(task) != 5 or task[2] not in _MAPPERS or task[4]:
         return None
     args = task[3]

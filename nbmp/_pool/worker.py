@@ -155,7 +155,7 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     ``inherited``: the ``__main__`` functions and classes this worker has by fork (a
     ``MainObjects``, None under spawn): its results name them by reference, so that the
     parent gets its own (an exception of a class a cell defined is caught as itself)."""
-    # Through _signal (the signal module's wrapper costs 0.1 ms in a fresh fork). An nbmp
+    # Through _signal (the signal module's wrapper writes shared pages in a fresh fork). An nbmp
     # process ignores SIGINT from its start already; a standard one (a Pool given a
     # standard context) does from here.
     _posix.ignore_interrupts()

@@ -21,6 +21,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, cast
 
 from .._backend import posix as _posix
 from .._base import util as _util
+from .._base.util import ISSUES
 from . import _janitor
 
 __all__ = ["tree_root", "send", "request"]
@@ -162,7 +163,7 @@ def _reply(conn: socket.socket, root: str, message: str) -> Tuple[bytes, List[in
         raise TimeoutError(f"nbmp's shared-memory janitor (of process {_pid(root)}) did not answer "
                            f"{message.split(' ')[0].strip()!r} within {REPLY_TIMEOUT:g} s. It serves every "
                            f"process of this tree one message at a time: a machine swapping hard, or a "
-                           f"stopped janitor, makes it this slow; if neither, please report it.") from None
+                           f"stopped janitor, makes it this slow; if neither, please report it at {ISSUES}.") from None
     finally:
         conn.settimeout(None)
     return data, fds

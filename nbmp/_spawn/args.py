@@ -59,8 +59,8 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
 
 def _takes(fn: Any, count: int) -> bool:
     """Whether ``fn`` is a plain Python function that takes ``count`` positional arguments, read
-    from its code object (~1 µs; ``inspect.signature`` costs ~0.1 ms, on the way to every spawn's
-    first fork). False also where only ``inspect`` can tell (other callables, a function that
+    from its code object (``inspect.signature`` is a hundred times slower, on the way to every
+    spawn's first fork). False also where only ``inspect`` can tell (other callables, a function that
     declares another signature through ``__wrapped__`` or ``__signature__``)."""
     if type(fn) is not FunctionType or "__wrapped__" in fn.__dict__ or "__signature__" in fn.__dict__:
         return False

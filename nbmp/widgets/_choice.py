@@ -28,12 +28,16 @@ def check_dashboard(choice: Choice, name: str = "dashboard") -> Optional[str]:
         return None
     if choice is True or choice is False:
         return "on" if choice else "off"
+
+    def written(value: str) -> str:  # as the user writes it: a keyword, or set_dashboard's argument
+        return f"nbmp.set_dashboard({value})" if name == "set_dashboard" else f"{name}={value}"
     if isinstance(choice, str):
         if choice in NAMES:
             return choice
-        raise ValueError(f"{name}={choice!r} is not a dashboard choice: use {_VALID} "
-                         f"(e.g. {name}='text' for a plain-text status, {name}=False for none)")
-    raise TypeError(f"{name} must be {_VALID}, not {type(choice).__name__} {choice!r}")
+        raise ValueError(f"{written(repr(choice))} is not a dashboard choice: use {_VALID} "
+                         f"(e.g. {written(repr('text'))} for a plain-text status, {written('False')} for none)")
+    raise TypeError(f"{'nbmp.set_dashboard' if name == 'set_dashboard' else name} must be {_VALID}, "
+                    f"not {type(choice).__name__} {choice!r}")
 
 
 def set_dashboard(choice: Choice) -> None:
@@ -49,7 +53,7 @@ def set_dashboard(choice: Choice) -> None:
         >>> nbmp.set_dashboard(None)     # back to the default (automatic)
     """
     global _global_choice
-    _global_choice = check_dashboard(choice, "set_dashboard(choice)")
+    _global_choice = check_dashboard(choice, "set_dashboard")
 
 
 def _global_default() -> str:

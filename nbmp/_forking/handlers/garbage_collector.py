@@ -31,8 +31,8 @@ _FREEZE_IS_O1 = "t" not in getattr(sys, "abiflags", "")
 
 class GarbageCollector(ForkHandler):
     """In a child nbmp or a fork server forked: the inherited objects move to the collector's
-    permanent generation. (Without it, a fork server's worker with torch preloaded spent ~90 ms
-    on its first full collection, copying every page of the server's objects.)"""
+    permanent generation. (Without it, a worker's first full collection
+    examines, and so copies, every page of the objects it inherited.)"""
 
     def in_child(self, worker: Worker) -> None:
         if (worker.forked or worker.from_fork_server) and _FREEZE_IS_O1:

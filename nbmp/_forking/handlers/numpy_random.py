@@ -2,7 +2,7 @@
 same "random" numbers; nbmp seeds it per worker. ``default_rng()`` needs nothing.
 
 Keyed on ``numpy.random``, not ``numpy``: NumPy 2 imports its random module lazily,
-and touching it in every worker would import it there (~10 ms a worker). A worker
+and touching it in every worker would import it there. A worker
 whose parent never used it seeds it the moment it imports it.
 """
 

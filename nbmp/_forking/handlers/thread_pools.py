@@ -57,8 +57,8 @@ def gnu_openmp_loaded() -> bool:
     """Whether libgomp is mapped in this process.
 
     Libraries are never unloaded: cached once seen. Not seen, /proc/self/maps is read again
-    only once modules have been imported since (~0.5 ms a read, every round of forks in a
-    parent without torch): a native library comes with the import of the module that needs it."""
+    only once modules have been imported since, so a parent without libgomp does not read it
+    at every round of forks: a native library comes with the import of the module that needs it."""
     global _gomp_seen, _gomp_looked_at
     if not _gomp_seen and _gomp_looked_at != len(sys.modules):
         try:
@@ -163,7 +163,7 @@ class NativePools(ForkHandler):
         """Lower the parent's pools to the coming children's limits, for the round of forks.
 
         A child that lowers its own OpenBLAS restarts the pool that OpenBLAS's fork handler
-        stopped (a thread made and stopped again: ~0.3 ms), and each pool a child sets costs
+        stopped (a thread made and stopped again), and each pool a child sets costs
         it a few dozen copy-on-write faults. Lowered in the parent, once for the round, the
         children inherit the limits and change nothing. Only where that starts no thread in
         the parent, now or when given back: OpenMP (the forking thread's own setting) and an
@@ -216,7 +216,7 @@ class NativePools(ForkHandler):
                 stop()
 
     def in_fork_server(self) -> None:
-        """Find the pools once in the server, not in each worker it forks (~2.7 ms a worker)."""
+        """Find the pools once in the server, not in each worker it forks."""
         global _server_frameworks
         _scan_pools()
         _server_frameworks = self._frameworks()
@@ -243,8 +243,7 @@ def _find_pool_stoppers(controller: Any) -> None:
 
     OpenBLAS's fork handler stops its thread pool in the parent before every fork, and
     ``set_num_threads`` restarts the pool at once: in a fresh worker the new threads then
-    busy-wait for work for ~0.1 s of CPU each (measured: a 4-worker Pool on 2 cores spent
-    more on that than on everything else it did to start). Stopped again with
+    busy-wait for work, taking the cores the workers need to start. Stopped again with
     ``blas_thread_shutdown_``, the pool starts lazily at the worker's first multi-threaded
     BLAS call, with the limit just set. Builds that hide the symbols (OpenBLAS 0.3.34) have none.
     """

@@ -4,7 +4,7 @@ generator reseeded (under spawn every worker would start from torch's fixed seed
 Across a round of forks the parent lends its own intra-op count: it sets the workers'
 count just before its first fork and takes its own back after the last (``set_num_threads``
 starts no thread), so that each forked worker inherits it and sets nothing (setting it in
-a fresh fork costs ~70 µs of copy-on-write faults in libtorch, per worker).
+a fresh fork writes, and so copies, libtorch's pages in every worker).
 """
 
 from __future__ import annotations
