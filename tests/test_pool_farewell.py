@@ -12,7 +12,7 @@ import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from helpers import wait_until
+from helpers import forking_beside_the_watchdog, wait_until
 from nbmp._backend import exits, posix
 from nbmp._pool import farewell
 from nbmp._pool.worker import IDLE, PHASE, WAITING
@@ -140,7 +140,7 @@ def test_close_and_join_end_the_workers_as_the_stdlib_does():
 def test_a_standard_context_pool_is_ended_the_stdlib_way():
     import multiprocessing
     from nbmp.pool import Pool
-    with Pool(2, context=multiprocessing.get_context("fork")) as pool:
+    with forking_beside_the_watchdog(), Pool(2, context=multiprocessing.get_context("fork")) as pool:
         assert pool.map(abs, [-1, -2]) == [1, 2]
         workers = list(pool._pool)
         assert not any(hasattr(w, "farewell_token") for w in workers)
@@ -150,7 +150,8 @@ def test_a_standard_context_pool_is_ended_the_stdlib_way():
 
 
 def test_a_round_of_forks_waits_for_the_workers_let_go_before_it():
-    pid = os.fork()
+    with forking_beside_the_watchdog():
+        pid = os.fork()
     if pid == 0:
         time.sleep(0.3)
         os._exit(0)

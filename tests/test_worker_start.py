@@ -22,7 +22,7 @@ import nbmp
 from nbmp._backend import exits, popen_fork
 from nbmp._spawn.supervisor import Supervisor
 from conftest import TIMEOUT
-from helpers import wait_until
+from helpers import forking_beside_the_watchdog, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nbmp's worker fork is Linux's (pidfds)")
 
@@ -275,7 +275,8 @@ def test_an_ended_worker_left_waiting_exits_on_its_own(monkeypatch):
     channel = exits.ExitChannel()
     process = type("Process", (), {})()
     channel.attach(process)
-    pid = os.fork()
+    with forking_beside_the_watchdog():
+        pid = os.fork()
     if pid == 0:
         exits.announce(process.exit_channel, 7)
         os._exit(7)
