@@ -14,10 +14,14 @@ TORCH_PIN := torch==2.13.0+cpu
 WITH_TORCH ?= $(if $(filter 3.11,$(PYVER)),1,0)
 PYTEST_ARGS ?=
 
-# The Pythons a user may install the wheel on (make wheel-check).
+# The Pythons a user may install the wheel on: pyenv's (make wheel-check) and Debian sid's (make sid-wheel-check).
 WHEEL_PYTHONS ?= 3.10 3.11 3.12 3.13
+SID_PYTHONS ?= 3.14 3.15
+# The one sid Python that sid-test and sid-cpython-suite run on (make sid-test SID_PYTHON=3.14).
+SID_PYTHON ?= 3.15
 
-.PHONY: test test-under-load fault-campaign typecheck lab demo notebooks docs browser-test bench clean venv wheel-check cpython-suite
+.PHONY: test test-under-load fault-campaign typecheck lab demo notebooks docs browser-test bench clean venv wheel-check cpython-suite \
+	sid-test sid-wheel-check sid-cpython-suite sid-clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +68,24 @@ test-under-load: venv
 ## user's first steps there (scripts/smoke.py) and the quickstart notebook in a real kernel
 wheel-check: venv
 	$(PY) scripts/check_wheel.py $(WHEEL_PYTHONS)
+
+## make sid-test, sid-wheel-check, sid-cpython-suite: `make test`, `make wheel-check` and
+## `make cpython-suite` on Debian sid's Python 3.14 and 3.15, which pyenv does not have here. As
+## root, scripts/sid.sh makes a Debian sid root with those Pythons and CPython's test packages once
+## (debootstrap, about a minute; kept in SID_ROOT, default /var/cache/nbmp-sid) and runs the target
+## there with the checkout mounted at /nbmp; every mount ends with the target. No torch there.
+## `make sid-clean` removes the root.
+sid-test:
+	scripts/sid.sh make test PYTHON=python$(SID_PYTHON) PYTEST_ARGS='$(PYTEST_ARGS)'
+
+sid-wheel-check:
+	scripts/sid.sh make wheel-check PYTHON=python$(lastword $(SID_PYTHONS)) WHEEL_PYTHONS='$(SID_PYTHONS)'
+
+sid-cpython-suite:
+	scripts/sid.sh make cpython-suite PYTHON=python$(SID_PYTHON) SUITE_ARGS='$(SUITE_ARGS)'
+
+sid-clean:
+	scripts/sid.sh --clean
 
 ## make demo: execute notebooks/quickstart.ipynb headless in a real kernel, print its output
 demo: venv

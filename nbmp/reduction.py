@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import io
 import pickle
+# Not ACKNOWLEDGE: 3.14 removed it (the fds are always acknowledged); where it exists it reads through below.
 from multiprocessing.reduction import (  # noqa: F401  (the mirror of the standard module)
-    ACKNOWLEDGE, HAVE_SEND_HANDLE, AbstractReducer, DupFd, recv_handle, recvfds, send_handle, sendfds,
+    HAVE_SEND_HANDLE, AbstractReducer, DupFd, recv_handle, recvfds, send_handle, sendfds,
 )
 from typing import Any, Callable, Optional
 

@@ -3,12 +3,14 @@ condition, reading a notebook's stream output as JupyterLab shows it."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import subprocess
 import sys
 import textwrap
 import time
-from typing import Callable
+import warnings
+from typing import Callable, Iterator
 
 TIMEOUT = 60
 
@@ -58,3 +60,14 @@ def as_jupyterlab_shows(text: str) -> "list[str]":
             shown = shown[:cursor] + char + shown[cursor + 1:]
             cursor += 1
     return [line.rstrip() for line in shown.split("\n") if line.strip()]
+
+
+@contextlib.contextmanager
+def forking_beside_the_watchdog() -> Iterator[None]:
+    """Around a fork the test makes itself (``os.fork``, the standard module's fork): from 3.15
+    the interpreter warns that the process is multi-threaded when faulthandler's watchdog thread
+    runs (pytest's ``faulthandler_timeout`` starts it for every test), a thread that holds nothing
+    a child could need; up to 3.14 it did not count that thread. nbmp's own forks stay unwrapped."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
+        yield

@@ -17,7 +17,7 @@ import pytest
 import nbmp
 from nbmp._forking import Launch
 from conftest import TIMEOUT
-from helpers import run_main
+from helpers import forking_beside_the_watchdog, run_main
 
 # torch is checked in fresh interpreters (importing it in every spawned test worker is slow).
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
@@ -69,7 +69,7 @@ def test_a_forked_workers_collections_leave_the_parents_objects_alone():
         faults, frozen = pool.apply(collection_faults, (0,))
     assert frozen >= len(held) and faults < 1500
     import multiprocessing
-    with multiprocessing.get_context("fork").Pool(1) as pool:  # a plain fork: left as without nbmp
+    with forking_beside_the_watchdog(), multiprocessing.get_context("fork").Pool(1) as pool:  # a plain fork: left as without nbmp
         faults, frozen = pool.apply(collection_faults, (0,))
     assert frozen == 0 and faults > 3000
     assert held[-1] == [299_999]
@@ -569,7 +569,8 @@ def test_plain_multiprocessing_does_not_run_nbmp_handlers():
     calls.clear()
     with nbmp.register_fork_handler(before=lambda: calls.append("before")):
         p = multiprocessing.get_context("fork").Process(target=int)
-        p.start()
+        with forking_beside_the_watchdog():
+            p.start()
         p.join(TIMEOUT)
     assert calls == []
 
@@ -679,7 +680,7 @@ def test_a_thread_stuck_in_its_fork_lock_is_reported_not_waited_for(monkeypatch)
     lock = nbmp._forking.ForkLock("stuck relay")
     monkeypatch.setattr(nbmp._forking.ForkLock, "HOLD_TIMEOUT", 0.2)
     release = threading.Event()
-    holder = threading.Thread(target=lambda: (lock.__enter__(), release.wait(TIMEOUT), lock.__exit__()))
+    holder = threading.Thread(target=lambda: (lock.__enter__(), release.wait(TIMEOUT), lock.__exit__(None, None, None)))  # 3.15's RLock.__exit__ takes its 3 arguments
     holder.start()
     time.sleep(0.1)
     try:
@@ -802,6 +803,24 @@ def test_doctor_says_when_threadpoolctl_is_missing_and_what_that_costs():
     """)
     assert out.startswith("False\n")
     assert "threadpoolctl is not installed" in out and "oversubscribe" in out and "nbmp[fork-safety]" in out
+
+
+def test_doctor_says_whether_python_is_a_free_threaded_build():
+    import sys, sysconfig
+    report = nbmp.doctor()
+    assert report.free_threaded == bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+    assert ("free-threaded" in str(report)) == report.free_threaded
+
+
+@pytest.mark.parametrize("gil", [True, False], ids=["gil-enabled", "gil-disabled"])
+def test_doctor_on_a_free_threaded_build_says_what_its_gil_does(monkeypatch, gil):
+    import sys, sysconfig
+    real = sysconfig.get_config_var
+    monkeypatch.setattr(sysconfig, "get_config_var", lambda name: 1 if name == "Py_GIL_DISABLED" else real(name))
+    monkeypatch.setattr(sys, "_is_gil_enabled", lambda: gil, raising=False)
+    report = nbmp.doctor()
+    assert report.free_threaded and report.gil_enabled == gil
+    assert f"free-threaded, GIL {'enabled' if gil else 'disabled'}" in str(report)
 
 
 @pytest.mark.kernel

@@ -73,9 +73,10 @@ def _wait_for(predicate, what: str) -> None:
 
 
 # The cell runs from a second thread, where jupyter_client makes an event loop (and its
-# sockets) that it never closes; the garbage collector reports them at teardown.
-@pytest.mark.filterwarnings("ignore:Exception ignored in. <socket.socket:pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.filterwarnings("ignore:Exception ignored in. <function BaseEventLoop.__del__:"
+# sockets) that it never closes; the garbage collector reports them at teardown ("Exception
+# ignored in: <socket...>" up to 3.13, "... while finalizing socket <socket...>" from 3.14).
+@pytest.mark.filterwarnings("ignore:Exception ignored .*<socket.socket:pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.filterwarnings("ignore:Exception ignored .*<function BaseEventLoop.__del__:"
                             "pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_interrupt_cancels_the_map_and_leaves_no_worker(kernel, method):

@@ -627,6 +627,18 @@ def test_the_fork_server_preloads_the_parents_frameworks(imports, setup, expecte
     assert json.loads(out.strip().splitlines()[-1]) == expected
 
 
+def _run_main_module(tmp_path, source, *argv, **env):
+    """Run ``source`` as ``python -m`` runs a module: a forkserver worker imports such a main module
+    itself, before its first step, where these tests look at what the worker has. (A main *file*
+    the fork server imports once, before its preload, from 3.14 on: never in the workers.)"""
+    import subprocess
+    (tmp_path / "main_module.py").write_text(source)
+    proc = subprocess.run([sys.executable, "-m", "main_module", *argv], capture_output=True, text=True,
+                          timeout=TIMEOUT * 2, env={**os.environ, **env, "PYTHONPATH": f"{tmp_path}:{os.getcwd()}"})
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
 SERVER_READIED = """
 import gc, json
 if __name__ != "__main__":  # a forkserver worker importing the main module, before nbmp's first step there
@@ -652,12 +664,7 @@ def test_the_fork_server_readies_itself_for_its_workers_before_it_forks(tmp_path
     # Frozen in the server: a worker's collection never examines (so never copies) the server's
     # objects, even one that comes before nbmp's first step in the worker (this module's import);
     # and the BLAS/OpenMP pools were found there, once, not in each worker.
-    import subprocess
-    script = tmp_path / "server_froze.py"  # a file: a forkserver worker imports it as its main module
-    script.write_text(SERVER_READIED.format(setup=setup))
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT * 2,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert proc.returncode == 0, proc.stderr
+    proc = _run_main_module(tmp_path, SERVER_READIED.format(setup=setup))
     (count, scanned), = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (count > 10_000) == ready, count
     assert scanned == ready
@@ -682,13 +689,65 @@ if __name__ == "__main__":
 def test_the_fork_server_preloads_the_layers_the_parent_uses(tmp_path):
     # ``import nbmp`` loads spawn's and the Pool's layers on first use: the server loads them once
     # for its workers, as the parent had them, not the dashboard the parent's run made.
-    import subprocess
-    script = tmp_path / "server_layers.py"
-    script.write_text(SERVER_LAYERS)
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT * 2,
-                          env={**os.environ, "PYTHONPATH": os.getcwd()})
-    assert proc.returncode == 0, proc.stderr
+    proc = _run_main_module(tmp_path, SERVER_LAYERS)
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == [["nbmp._pool", "nbmp._spawn"]]
+
+
+LAZY_SERVER = """
+import sys
+if __name__ != "__main__":  # a forkserver worker importing the main module, before its first step
+    NUMPY_AT_IMPORT = sum(name.split(".")[0] == "numpy" for name in sys.modules)
+import nbmp
+{imports}
+
+def numpy_at_import(i):
+    import __main__
+    return __main__.NUMPY_AT_IMPORT
+
+if __name__ == "__main__":
+    print(nbmp.spawn(numpy_at_import, nprocs=1, start_method="forkserver")[0])
+"""
+
+
+@needs_forkserver
+@pytest.mark.skipif(not hasattr(sys, "lazy_modules"), reason="lazy imports (PEP 810) are new in 3.15")
+@pytest.mark.parametrize("imports, mode", [("lazy import numpy", "normal"), ("import numpy\nnumpy.zeros(1)", "all")],
+                         ids=["lazy-import", "all-imports-lazy"])
+def test_the_fork_server_loads_what_the_parent_imports_lazily_in_full(tmp_path, imports, mode):
+    # A framework the parent imported lazily is preloaded, and all of it: under lazy_imports=all
+    # importing numpy loads about half its modules, the rest on first use, in each worker.
+    import subprocess
+    pytest.importorskip("numpy")
+    eager = subprocess.run([sys.executable, "-c", "import sys, numpy; print(sum(n.split('.')[0] == 'numpy' for n in sys.modules))"],
+                           capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    proc = _run_main_module(tmp_path, LAZY_SERVER.format(imports=imports), PYTHON_LAZY_IMPORTS=mode)
+    assert int(proc.stdout.strip().splitlines()[-1]) >= int(eager.stdout), proc.stdout
+
+
+PRELOAD_ON_ERROR = """
+import nbmp
+nbmp.set_forkserver_preload(["nbmp_no_such_module"], on_error={on_error!r})
+p = nbmp.get_context("forkserver").Process(target=print)
+try:
+    p.start()
+    p.join()
+    print("started", p.exitcode)
+except Exception as error:
+    print("failed", type(error).__name__)
+"""
+
+
+@needs_forkserver
+@pytest.mark.skipif(sys.version_info < (3, 15), reason="set_forkserver_preload(on_error=) is new in 3.15")
+@pytest.mark.parametrize("on_error, out, err", [("ignore", "started 0", ""), ("warn", "started 0", "ImportWarning"),
+                                                ("fail", "failed", "nbmp_no_such_module")])
+def test_the_fork_server_preloads_with_the_users_on_error(on_error, out, err):
+    import subprocess
+    # ImportWarning is hidden by default; -W reaches the server, which starts with this interpreter's flags
+    proc = subprocess.run([sys.executable, "-W", "always::ImportWarning", "-c", PRELOAD_ON_ERROR.format(on_error=on_error)], capture_output=True,
+                          text=True, timeout=TIMEOUT * 2)
+    assert proc.stdout.strip().startswith(out), proc.stdout + proc.stderr
+    assert err in proc.stderr
 
 
 # -- torch's parallel start of forkserver workers (TORCH_MP_PARALLEL_START) ---------
@@ -714,15 +773,9 @@ if __name__ == "__main__":
 @needs_forkserver
 @pytest.mark.parametrize("parallel", ["1", "0"])
 def test_torchs_parallel_start_switch_starts_forkserver_workers_at_once(tmp_path, parallel):
-    import subprocess
-    script, log = tmp_path / "slow_main.py", tmp_path / "imports.log"
-    script.write_text(SLOW_MAIN)
-    proc = subprocess.run([sys.executable, str(script), parallel], capture_output=True, text=True, timeout=TIMEOUT * 2,
-                          env={**os.environ, "IMPORTS_LOG": str(log), "PYTHONPATH": os.getcwd()})
-    assert proc.returncode == 0, proc.stderr
+    log = tmp_path / "imports.log"
+    proc = _run_main_module(tmp_path, SLOW_MAIN, parallel, IMPORTS_LOG=str(log))
     assert proc.stdout.strip().splitlines()[-1] == str([1 << 20, (1 << 20) + 1, (1 << 20) + 2])
-    if not log.exists():
-        pytest.skip("this Python's fork server does not load the main module in each worker")
     spans = sorted(json.loads(line)[1:] for line in log.read_text().splitlines())
     assert len(spans) == 3
     # One by one, a worker is forked only once the one before has read its process object,

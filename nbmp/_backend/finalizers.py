@@ -70,13 +70,18 @@ def _sweep() -> None:
 
 
 def _unraisable(unraisable: Any) -> None:
-    if unraisable.object is _died and issubclass(unraisable.exc_type, KeyboardInterrupt) \
-            and not _exiting[0]:
+    if _from_died(unraisable) and issubclass(unraisable.exc_type, KeyboardInterrupt) and not _exiting[0]:
         with _posix.interrupts_held():
             _sweep()
         _posix.resend_interrupt()
         return
     _previous_hook[0](unraisable)
+
+
+def _from_died(unraisable: Any) -> bool:
+    # Up to 3.13 a weakref callback's error names the callback as its object; from 3.14 the
+    # object is None and the callback is named in the message ("... weakref callback <function ...>").
+    return unraisable.object is _died or (unraisable.object is None and repr(_died) in (unraisable.err_msg or ""))
 
 
 def _install_hook() -> None:

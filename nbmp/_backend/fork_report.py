@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import platform
 import sys
+import sysconfig
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -46,6 +47,8 @@ class ForkReport:
     python: str
     os_kernel: str
     ipykernel: Optional[str]          # None: not running in (or without) ipykernel
+    free_threaded: bool = False       # a free-threaded build (3.13t+), whatever its GIL does now
+    gil_enabled: bool = True          # False: threads run Python code in parallel, nothing serialises them
     extra: Dict[str, Any] = field(default_factory=dict)
     threadpoolctl: bool = True        # False: not installed, so pools already loaded are not capped in workers
 
@@ -53,7 +56,8 @@ class ForkReport:
         lines = ["nbmp doctor: " + (f"{len(self.hazards)} hazard(s) before a fork" if self.hazards
                                     else "no hazards before a fork")]
         lines += [f"  ! {h}" for h in self.hazards]
-        lines.append(f"start method {self.start_method}; Python {self.python}; kernel {self.os_kernel}; "
+        build = f" free-threaded, GIL {'enabled' if self.gil_enabled else 'disabled'}" if self.free_threaded else ""
+        lines.append(f"start method {self.start_method}; Python {self.python}{build}; kernel {self.os_kernel}; "
                      f"ipykernel {self.ipykernel or '-'}")
         budget = self.worker_threads or "cores // workers"
         lines.append(f"cores {self.cores}; worker threads {budget}; /dev/shm {_size(self.shm_free)} free of "
@@ -120,4 +124,7 @@ def doctor() -> ForkReport:
         shm_total=total, shm_free=free, start_method=default_context.get_start_method(),
         worker_threads=_forking.worker_threads_setting(), cores=_forking._cores(),
         python=platform.python_version(), os_kernel=f"{platform.system()} {platform.release()}",
-        ipykernel=getattr(ipykernel, "__version__", None))
+        ipykernel=getattr(ipykernel, "__version__", None),
+        # A free-threaded build can turn its GIL back on (PYTHON_GIL=1, an extension that needs it).
+        free_threaded=bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        gil_enabled=getattr(sys, "_is_gil_enabled", lambda: True)())

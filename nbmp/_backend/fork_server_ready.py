@@ -15,5 +15,7 @@ server's preload list); importing it anywhere else would freeze that process's o
 from __future__ import annotations
 
 from .. import _forking
+from .forkserver import load_lazy_imports
 
+load_lazy_imports()  # first: what it imports is frozen with the rest
 _forking.prepare_fork_server()

@@ -20,16 +20,17 @@ server is the standard module's and is shared with plain ``multiprocessing``.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
-from typing import Any, List, Optional, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 try:
     from multiprocessing import forkserver
 except ImportError:  # a platform without the forkserver start method
     forkserver = None  # type: ignore[assignment]
 
-__all__ = ["FRAMEWORKS", "preload_frameworks"]
+__all__ = ["FRAMEWORKS", "preload_frameworks", "load_lazy_imports"]
 
 FRAMEWORKS: Tuple[str, ...] = ("numpy", "scipy", "torch")
 """Imported in the fork server when the parent has imported them: heavy to import, and safe
@@ -49,7 +50,10 @@ def preload_frameworks() -> None:
     with ``nbmp`` and the :data:`FRAMEWORKS` imported here, unless a user set the list."""
     if _STANDARD_PRELOAD is None or _SERVER._forkserver_pid is not None or _SERVER._preload_modules is not _STANDARD_PRELOAD:
         return
-    frameworks = [name for name in FRAMEWORKS if name in sys.modules]
+    # A framework imported lazily (PEP 810, 3.15: ``lazy import torch``) is not in sys.modules until
+    # first used: the workers will use it all the same, so the server loads it for them.
+    imported = sys.modules.keys() | getattr(sys, "lazy_modules", set())
+    frameworks = [name for name in FRAMEWORKS if name in imported]
     # With a BLAS or OpenMP pool loaded, every worker's fork safety caps it through threadpoolctl:
     # imported once in the server, not in each worker.
     helpers = ["threadpoolctl"] if frameworks and ("threadpoolctl" in sys.modules
@@ -61,3 +65,21 @@ def preload_frameworks() -> None:
     # Last: the server readies itself for its workers before it forks anyone (fork_server_ready).
     _SERVER._preload_modules = [*_STANDARD_PRELOAD, top, *layers, *frameworks, *helpers,
                                 __package__ + ".fork_server_ready"]
+
+
+def load_lazy_imports() -> None:
+    """In the fork server, after its preload: import what the preloaded packages left to import
+    lazily (PEP 810, 3.15: their ``lazy import`` statements, or all of their imports under
+    ``-X lazy_imports=all``), once there, rather than in each worker after its fork."""
+    packages = {__package__.partition(".")[0], *FRAMEWORKS, "threadpoolctl"}
+    tried: Set[str] = set()
+    while True:  # a module imported now may leave lazy imports of its own
+        pending = {name for name in getattr(sys, "lazy_modules", ()) if name.partition(".")[0] in packages} - tried
+        if not pending:
+            return
+        tried |= pending
+        for name in sorted(pending):
+            try:
+                importlib.import_module(name)
+            except Exception:  # not a module (``lazy from m import name``), or one that cannot load here: the worker meets it as before
+                pass

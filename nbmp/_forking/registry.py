@@ -63,6 +63,11 @@ __all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worke
 
 _base_seed: Optional[int] = None
 _started = itertools.count()  # index for a process started without a rank, counted from the last seed()
+# Held while the seed and the count are read or set: threads that start processes at once meet here,
+# and a free-threaded build runs them truly in parallel (no GIL between the two reads, nor inside next()).
+_seeding = threading.Lock()
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_seeding._at_fork_reinit)  # type: ignore[attr-defined]  # CPython's own after-fork reset, not in typeshed: a fork by another thread may copy it held
 _worker_threads: Optional[int] = None
 _ENV_THREADS = "NBMP_WORKER_THREADS"
 
@@ -82,7 +87,8 @@ def seed(s: Optional[int]) -> None:
     global _base_seed, _started
     if s is not None and (not isinstance(s, int) or isinstance(s, bool)):
         raise TypeError(f"nbmp.seed() takes an int (or None for fresh entropy), not {s!r}; e.g. nbmp.seed(1234)")
-    _base_seed, _started = s, itertools.count()
+    with _seeding:
+        _base_seed, _started = s, itertools.count()
 
 
 def set_worker_threads(n: Optional[int]) -> None:
@@ -121,10 +127,12 @@ def stamp(launch: Launch) -> Launch:
     budget, the tree, and an index (its start order) if the starter gave none. A starter
     (``spawn``, a Pool) stamps its workers itself, in the thread that starts them, and
     ``start()`` keeps a launch this process and thread stamped."""
-    index, threads = next(_started) if launch.index is None else launch.index, worker_threads_setting()
-    seed, budget = _derive_seed(_base_seed, index), _budget(threads, launch.nprocs)
+    with _seeding:
+        base_seed, index = _base_seed, next(_started) if launch.index is None else launch.index
+    threads = worker_threads_setting()
+    seed, budget = _derive_seed(base_seed, index), _budget(threads, launch.nprocs)
     return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(),
-                  main_thread=threading.current_thread() is threading.main_thread(), base_seed=_base_seed,
+                  main_thread=threading.current_thread() is threading.main_thread(), base_seed=base_seed,
                   threads=threads, seed=seed, budget=budget, tree=_util.tree())
 
 
