@@ -7,6 +7,7 @@ installed, to list the BLAS/OpenMP runtimes already loaded.
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -63,7 +64,9 @@ class ForkReport:
         lines += [f"  {t.name} [{t.kind}{'' if t.daemon else ', non-daemon'}]" for t in self.threads]
         names = sorted({t.name for t in self.native_threads})
         lines += [f"  native: {', '.join(names)}"] if names else []
-        lines.append("thread pools:" if self.threadpools else "thread pools: none loaded (or threadpoolctl missing)")
+        lines.append("thread pools:" if self.threadpools else "thread pools: none loaded" if _has_threadpoolctl() else
+                     "thread pools: not seen without threadpoolctl (pip install 'nbmp[fork-safety]'); workers cap "
+                     "only the pools they load themselves, through OMP_NUM_THREADS and the like")
         lines += [f"  {p.get('internal_api')} ({p.get('prefix')}): {p.get('num_threads')} threads"
                   for p in self.threadpools]
         return "\n".join(lines)
@@ -74,6 +77,10 @@ class ForkReport:
 
 def _state(flag: Optional[bool], module: str) -> str:
     return f"({module} not imported)" if flag is None else str(flag)
+
+
+def _has_threadpoolctl() -> bool:
+    return importlib.util.find_spec("threadpoolctl") is not None
 
 
 def _threadpools() -> List[Dict[str, Any]]:

@@ -5,9 +5,8 @@ A worker forked from the server inherits what the server has, as a worker nbmp f
 its parent's. So what nbmp's fork handlers would make again in every worker is made here, once:
 the garbage collector freezes the preloaded modules' objects (nbmp's, numpy's, torch's:
 hundreds of thousands; unfrozen, a worker's first full collection examined each one, ~90 ms of
-its start and a copy of every page holding one, wherever in the start it fell), and the BLAS
-and OpenMP pools the frameworks loaded are found (threadpoolctl's scan of the loaded
-libraries, ~2.7 ms a worker). See ``ForkHandler.in_fork_server``.
+its start and a copy of every page holding one, wherever in the start it fell). See
+``ForkHandler.in_fork_server``.
 
 Only ``nbmp._backend.forkserver.preload_frameworks`` names this module (as the last of the
 server's preload list); importing it anywhere else would freeze that process's objects.

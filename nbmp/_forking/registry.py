@@ -15,8 +15,7 @@ The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbm
    then -- only in a child nbmp forked itself -- each user ``after_in_child``.
 
 Points 1 and 2 run once for a round of forks (``popen_fork.fork_round``: the workers of a
-``spawn`` or a Pool), and the ``before`` handlers learn the thread budget of the round's
-first child (``NativePools`` lowers the parent's OpenMP and OpenBLAS to it, see there).
+``spawn`` or a Pool).
 
 Only nbmp's own forks run this: none of it is registered with ``os.register_at_fork``,
 so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp (the sharing layer
@@ -265,14 +264,7 @@ class ForkHandle:
         self.remove()
 
 
-_coming_threads = 1  # the thread budget of the child about to be forked (before_fork sets it)
-
-
-def _coming_budget() -> int:
-    return _coming_threads
-
-
-_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting, _coming_budget)
+_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting)
 _user_handlers: List[ForkHandler] = []
 
 
@@ -386,8 +378,7 @@ def _caller_level() -> int:
 def before_fork(launch: Optional[Launch] = None) -> None:
     """In the parent, just before ``os.fork()`` of a child stamped with ``launch``: warn once
     per hazard; run ``before`` handlers."""
-    global _coming_threads, _plan
-    _coming_threads = 1 if launch is None else thread_budget(launch)
+    global _plan
     _plan = _split()
     new = [message for message in hazards(_plan[1]) if message not in _warned]
     for message in new:
