@@ -89,11 +89,7 @@ class _NbmpProcess(process.BaseProcess):
         if not self.launch.worker:
             super().start()
             return
-        _posix.prepare()
-        # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
-        # an interrupt of the whole process group meanwhile stays pending, then is dropped.
-        with _posix.interrupts_blocked():
-            super().start()
+        _start_unchecked([self], _popen_each)
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         if self.launch.worker:
@@ -197,27 +193,43 @@ def start_workers(processes: Sequence[process.BaseProcess]) -> None:
         for proc in processes:
             proc.start()
         return
+    _start_unchecked(processes, popen_fork.fork_workers)
+
+
+def _start_unchecked(processes: Sequence[process.BaseProcess],
+                     popen_all: Callable[[Sequence[process.BaseProcess], List[Any]], None]) -> None:
+    """The standard ``start``'s checks and bookkeeping around ``popen_all(processes, started)``,
+    but for its refusal in a daemonic process (lest a child outlive it): an nbmp worker dies
+    with the process that started it where Linux's parent-death signal or a pidfd says so."""
     for proc in processes:
         proc._check_closed()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
         assert proc._popen is None, "cannot start a process twice"  # type: ignore[attr-defined]  # as above
         assert proc._parent_pid == os.getpid(), "can only start a process object created by current process"  # type: ignore[attr-defined]  # as above
         launch = proc.launch  # type: ignore[attr-defined]  # an _NbmpProcess
-        assert launch.worker, "start_workers starts nbmp workers"
+        assert launch.worker, "only nbmp workers die with their parent"
         if launch.parent != os.getpid() or launch.main_thread != (threading.current_thread() is threading.main_thread()):
             proc.launch = _forking.stamp(launch)  # type: ignore[attr-defined]  # as in _NbmpProcess.start
-    assert not process.current_process()._config.get("daemon"), "daemonic processes are not allowed to have children"  # type: ignore[attr-defined]  # as above
+    if not sys.platform.startswith("linux"):
+        assert not process.current_process()._config.get("daemon"), "daemonic processes are not allowed to have children"  # type: ignore[attr-defined]  # as above
     process._cleanup()  # type: ignore[attr-defined]  # as above
     _posix.prepare()
     started: List[Any] = []
     try:
-        with _posix.interrupts_blocked():  # until each worker has set SIGINT to ignored (see _NbmpProcess.start)
-            popen_fork.fork_workers(processes, started)
+        # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
+        # an interrupt of the whole process group meanwhile stays pending, then is dropped.
+        with _posix.interrupts_blocked():
+            popen_all(processes, started)
     finally:
         for proc, popen in zip(processes, started):
             proc._popen = popen  # type: ignore[attr-defined]  # as above
             proc._sentinel = popen.sentinel  # type: ignore[attr-defined]  # as above
             del proc._target, proc._args, proc._kwargs  # type: ignore[attr-defined]  # as the standard start: no cycle through the target
             process._children.add(proc)  # type: ignore[attr-defined]  # as above
+
+
+def _popen_each(processes: Sequence[process.BaseProcess], started: List[Any]) -> None:
+    for proc in processes:
+        started.append(proc._Popen(proc))  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
 
 
 def _start_overridden(proc: process.BaseProcess) -> bool:

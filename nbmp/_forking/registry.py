@@ -32,6 +32,7 @@ started in).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import itertools
@@ -349,6 +350,9 @@ def _report(handler: ForkHandler, point: str) -> None:
 
 _warned: set[str] = set()
 _forked_by_nbmp = False
+# Set by a caller for the forks its own thread makes, when the hazards are known not to touch
+# the workers (a Dask worker's threads); per context, so other threads' forks still warn.
+hazards_known: "contextvars.ContextVar[bool]" = contextvars.ContextVar("nbmp_hazards_known", default=False)
 
 
 def hazards(applying: Optional[List[ForkHandler]] = None) -> List[str]:
@@ -380,7 +384,7 @@ def before_fork(launch: Optional[Launch] = None) -> None:
     per hazard; run ``before`` handlers."""
     global _plan
     _plan = _split()
-    new = [message for message in hazards(_plan[1]) if message not in _warned]
+    new = [] if hazards_known.get() else [message for message in hazards(_plan[1]) if message not in _warned]
     for message in new:
         _warned.add(message)
         warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())
