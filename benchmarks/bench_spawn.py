@@ -1,9 +1,14 @@
-"""Time from the call to all results for 4 trivial workers, in a parent that has
-imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers; and a Pool's
+"""What a user waits for, end to end: a loop of calls of 4 trivial workers, in a parent that has
+imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers, and of a Pool's
 start + first map + end (4 workers), nbmp's against the standard library's.
 
-Run: ``PYTHONPATH=. python benchmarks/bench_spawn.py [--repeat N] [--plot PNG]``; prints a
-Markdown table of medians and ratios to the raw fork floor (4 x os.fork + waitpid).
+Each row is ``--calls`` calls in a row, timed from the first call until every child process
+is reaped, with the CPU seconds of the parent and its reaped children beside the wall time;
+the rows take turns, round after round (``--rounds``), so that a change of load on a shared
+machine hits every row alike. Ratios are per round (two rows of one round share its load);
+the median and the range over the rounds are printed.
+
+Run: ``PYTHONPATH=. python benchmarks/bench_spawn.py [--rounds N] [--calls N] [--plot PNG]``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import argparse
 import multiprocessing
 import os
 import platform
+import resource
 import statistics
 import sys
 import time
@@ -95,64 +101,55 @@ def children() -> Set[int]:
     return found
 
 
-def settle(helpers: Set[int], limit: float = 2.0) -> None:
-    """Until every child but ``helpers`` (a forkserver, a resource tracker) is gone: a row that
-    returns before its children are reaped (nbmp.spawn's workers are reaped once the caller has
-    its values, while the kernel frees their memory) must not leave that work to the next row."""
+def settle(helpers: Set[int], limit: float = 5.0) -> None:
+    """Until every child but ``helpers`` (a forkserver, a resource tracker) is reaped."""
     deadline = time.monotonic() + limit
     while children() - helpers and time.monotonic() < deadline:
         time.sleep(0.0005)
 
 
-def measure(rows: List[Tuple[str, Callable[[], None]]], repeat: int) -> List[List[float]]:
-    """Seconds per run, per row. The rows take turns, run after run, so that a change of
-    load on a shared machine hits every row alike; each starts once the one before has no
-    child left (``settle``)."""
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children reaped so far."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def loop(fn: Callable[[], None], calls: int, helpers: Set[int]) -> Tuple[float, float]:
+    """(wall, CPU) seconds of ``calls`` calls of ``fn`` in a row, until every child is reaped."""
+    settle(helpers)
+    wall, cpu = time.perf_counter(), cpu_seconds()
+    for _ in range(calls):
+        fn()
+    settle(helpers)
+    return time.perf_counter() - wall, cpu_seconds() - cpu
+
+
+def measure(rows: List[Tuple[str, Callable[[], None]]], rounds: int, calls: int) -> Dict[str, List[Tuple[float, float]]]:
+    """(wall, CPU) per round, per row; the rows take turns."""
     for _, fn in rows:
         fn()  # warm-up: imports, a forkserver, caches
     time.sleep(0.1)
     helpers = children()
-    times: List[List[float]] = [[] for _ in rows]
-    for _ in range(repeat):
-        for k, (_, fn) in enumerate(rows):
-            settle(helpers)
-            start = time.perf_counter()
-            fn()
-            times[k].append(time.perf_counter() - start)
-    return times
-
-
-def back_to_back(a: Callable[[], None], b: Callable[[], None], calls: int = 20, rounds: int = 5) -> float:
-    """The median over ``rounds`` of (``calls`` calls of ``a`` in a row) ÷ (the same of ``b``),
-    each timed until its last child is gone: a loop's rate, the work a call leaves behind it
-    (the reaping of workers, the kernel's teardown of their memory) included."""
-    helpers = children()
-    ratios = []
+    spans: Dict[str, List[Tuple[float, float]]] = {name: [] for name, _ in rows}
     for _ in range(rounds):
-        spans = []
-        for fn in (a, b):
-            settle(helpers)
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            settle(helpers)
-            spans.append(time.perf_counter() - start)
-        ratios.append(spans[0] / spans[1])
-    return statistics.median(ratios)
+        for name, fn in rows:
+            spans[name].append(loop(fn, calls, helpers))
+    return spans
 
 
-def paired(times: Dict[str, List[float]], row: str, peer: str) -> str:
-    """The median of the per-round ratios ``row / peer``: two rows timed in the same round
-    share that round's load, so this moves less with the machine than the ratio of medians."""
-    if row not in times or peer not in times:
+def ratio(spans: Dict[str, List[Tuple[float, float]]], row: str, peer: str, which: int) -> str:
+    """``row / peer`` per round (``which``: 0 wall, 1 CPU): median [min–max]."""
+    if row not in spans or peer not in spans:
         return "-"
-    return f"{statistics.median(a / b for a, b in zip(times[row], times[peer])):.2f}×"
+    r = sorted(a[which] / b[which] for a, b in zip(spans[row], spans[peer]))
+    return f"{statistics.median(r):.2f}× [{r[0]:.2f}–{r[-1]:.2f}]"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=21, help="timed runs of the fork-based rows")
-    parser.add_argument("--repeat-spawn", type=int, default=3, help="timed runs of the spawn-based rows")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of every fork-based row")
+    parser.add_argument("--rounds-spawn", type=int, default=1, help="rounds of the spawn-based rows")
+    parser.add_argument("--calls", type=int, default=20, help="calls in a row, per row and round")
     parser.add_argument("--plot", default=None, help="save a bar chart here (matplotlib)")
     opts = parser.parse_args()
     fork_rows: List[Tuple[str, Callable[[], None]]] = [
@@ -167,34 +164,27 @@ def main() -> None:
     spawn_rows = [("nbmp.spawn, start_method='spawn'", nbmp_spawn), ("multiprocessing Pool, spawn", pool("spawn"))]
     if torch_mp is not None:
         spawn_rows.append(("torch.multiprocessing.spawn", torch_spawn))
-    fork_times = {name: t for (name, _), t in zip(fork_rows, measure(fork_rows, opts.repeat))}
-    results = [(name, statistics.median(t), opts.repeat) for name, t in fork_times.items()]
-    results += [(name, statistics.median(t), opts.repeat_spawn)
-                for (name, _), t in zip(spawn_rows, measure(spawn_rows, opts.repeat_spawn))]
-    floor = results[0][1]
+    spans = measure(fork_rows, opts.rounds, opts.calls)
+    spans.update(measure(spawn_rows, opts.rounds_spawn, max(1, opts.calls // 5)))
+    calls = {name: opts.calls for name, _ in fork_rows} | {name: max(1, opts.calls // 5) for name, _ in spawn_rows}
     print(f"4 trivial workers, parent with numpy {numpy.__version__}"
           f"{' and torch ' + torch.__version__ if torch is not None else ''} imported; "
-          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.system()}\n")
-    print("| how | median (ms) | runs | × raw fork floor |")
+          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {platform.system()}; "
+          f"loops of {opts.calls} calls (spawn-method rows {calls[spawn_rows[0][0]]}) until every child is reaped\n")
+    print("| how | wall per call (ms) | CPU per call (ms) | rounds |")
     print("|---|---:|---:|---:|")
-    for name, seconds, n in results:
-        print(f"| {name} | {seconds * 1e3:.1f} | {n} | {seconds / floor:.2f} |")
-    by_name = {name: seconds for name, seconds, _ in results}
-    versus_torch = (f"{by_name[NBMP_SPAWN] / by_name[TORCH_FORK]:.2f}× torch's start_processes (fork)"
-                    if TORCH_FORK in by_name else "no torch row")
-    print(f"\nnbmp.Pool start + first map: {by_name[NBMP_POOL] / by_name[STD_POOL]:.2f}× the multiprocessing "
-          f"Pool's (fork); nbmp.spawn: {versus_torch}")
-    print(f"Median of the per-round ratios (rows timed in the same round): Pool "
-          f"{paired(fork_times, NBMP_POOL, STD_POOL)}, spawn ÷ torch {paired(fork_times, NBMP_SPAWN, TORCH_FORK)}, "
-          f"spawn ÷ floor {paired(fork_times, NBMP_SPAWN, fork_rows[0][0])}")
-    if torch_mp is not None:
-        print(f"20 calls back to back, until the last worker is reaped (median of 5): spawn ÷ torch "
-              f"{back_to_back(nbmp_default, torch_start_processes_fork):.2f}×, "
-              f"Pool ÷ standard Pool {back_to_back(nbmp_pool, pool('fork')):.2f}×")
+    for name, rows in spans.items():
+        wall = statistics.median(w for w, _ in rows) / calls[name]
+        cpu = statistics.median(c for _, c in rows) / calls[name]
+        print(f"| {name} | {wall * 1e3:.1f} | {cpu * 1e3:.1f} | {len(rows)} |")
+    print(f"\nPer round, median [range]: Pool ÷ standard Pool wall {ratio(spans, NBMP_POOL, STD_POOL, 0)}, "
+          f"CPU {ratio(spans, NBMP_POOL, STD_POOL, 1)}; spawn ÷ torch start_processes(fork) wall "
+          f"{ratio(spans, NBMP_SPAWN, TORCH_FORK, 0)}, CPU {ratio(spans, NBMP_SPAWN, TORCH_FORK, 1)}")
     if opts.plot:
-        _plot.bars(opts.plot, [name for name, _, _ in results], {"median": [t * 1e3 for _, t, _ in results]},
-                   title=f"{NPROCS} trivial workers, from the call to all results (parent imported numpy, torch)",
-                   xlabel="milliseconds (log scale)", log=True)
+        names = list(spans)
+        _plot.bars(opts.plot, names, {"wall": [statistics.median(w for w, _ in spans[n]) / calls[n] * 1e3 for n in names]},
+                   title=f"{NPROCS} trivial workers, a loop of calls until every child is reaped (parent: numpy, torch)",
+                   xlabel="milliseconds per call (log scale)", log=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import pytest
 distributed = pytest.importorskip("distributed")
 
 import nbmp  # noqa: E402
+from conftest import TIMEOUT  # noqa: E402
 from leaks import child_pids  # noqa: E402
 
 
@@ -331,6 +332,50 @@ def test_a_dead_dask_worker_raises_process_exited(own_client):
         nbmp.spawn(kill_my_worker, nprocs=2, cluster=own_client, dashboard=False)
     assert info.value.error_index == 1 and "Dask worker" in str(info.value)
     _wait_for_workers(own_client, 2)
+
+
+def test_ranks_starting_at_once_change_no_process_wide_state_of_their_dask_worker():
+    # Two ranks start at once on one Dask worker (two task threads) while a thread of that
+    # worker watches: its daemon flag and warning filters stay as they were throughout.
+    before = child_pids()
+    cluster = distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=True, dashboard_address=":0",
+                                       silence_logs=40)
+    client = distributed.Client(cluster, set_as_default=False)
+
+    def watch(dask_worker=None):
+        import multiprocessing
+        import warnings
+        config = multiprocessing.current_process()._config
+        start, changed, stop = (config.get("daemon"), list(warnings.filters)), [], threading.Event()
+
+        def look():
+            while not stop.wait(0.0002):
+                now = (config.get("daemon"), list(warnings.filters))
+                if now != start:
+                    changed.append(now)
+
+        thread = threading.Thread(target=look, daemon=True)
+        thread.start()
+
+        def done():
+            stop.set()
+            thread.join(TIMEOUT)
+            return start[0], changed, list(warnings.filters) == start[1]
+        dask_worker.nbmp_test_watch = done
+
+    try:
+        client.run(watch)
+        for _ in range(3):
+            runs = [nbmp.spawn(lambda rank: time.sleep(0.2), nprocs=1, cluster=client, join=False, dashboard=False)
+                    for _ in range(2)]
+            for run in runs:
+                while not run.join():
+                    pass
+        (daemon, changed, filters_kept), = client.run(lambda dask_worker=None: dask_worker.nbmp_test_watch()).values()
+    finally:
+        _closed(cluster, client, before, last=False)
+    assert daemon is True  # Dask's Nanny starts its worker as a daemonic process
+    assert changed == [] and filters_kept
 
 
 def _wait_for_workers(client, n):

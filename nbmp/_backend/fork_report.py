@@ -71,7 +71,8 @@ class ForkReport:
         if not self.threadpoolctl:
             lines.append("thread pools: unknown, threadpoolctl is not installed: BLAS/OpenMP pools already loaded "
                          "(numpy's, scipy's, torch's) keep their full thread count in every worker, so workers x "
-                         "threads can oversubscribe the cores; pip install 'nbmp[fork-safety]' to cap them")
+                         "threads can oversubscribe the cores (workers cap only the pools they load themselves, "
+                         "through OMP_NUM_THREADS and the like); pip install 'nbmp[fork-safety]' to cap them")
         else:
             lines.append("thread pools:" if self.threadpools else "thread pools: none loaded")
         lines += [f"  {p.get('internal_api')} ({p.get('prefix')}): {p.get('num_threads')} threads"

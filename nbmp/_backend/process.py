@@ -20,7 +20,7 @@ import os
 import sys
 import threading
 from multiprocessing import process
-from typing import Any, Callable, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Optional, Protocol, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
@@ -29,7 +29,7 @@ from . import forkserver as _forkserver  # at import: it notes the standard prel
 if sys.platform != "win32":  # at import: the standard launch's modules bound before a program can put nbmp in their place
     from . import popen_spawn as _popen_spawn
 
-__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess", "start_workers"]
+__all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
 
 class _StartMethods(Protocol):
@@ -88,11 +88,7 @@ class _NbmpProcess(process.BaseProcess):
         if not self.launch.worker:
             super().start()
             return
-        _posix.prepare()
-        # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
-        # an interrupt of the whole process group meanwhile stays pending, then is dropped.
-        with _posix.interrupts_blocked():
-            super().start()
+        _start_unchecked(self)
 
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         if self.launch.worker:
@@ -177,14 +173,22 @@ class ForkServerProcess(_NbmpProcess):
 
 
 
-def start_workers(processes: Sequence[process.BaseProcess]) -> None:
-    """``start()`` each of ``processes``, nbmp processes of one context, in one
-    :func:`~nbmp._backend.popen_fork.fork_round` (nbmp's fork handlers run once for them all).
-
-    Example::
-
-        >>> start_workers([ctx.Process(target=f) for _ in range(4)])
-    """
-    with popen_fork.fork_round():
-        for proc in processes:
-            proc.start()
+def _start_unchecked(proc: process.BaseProcess) -> None:
+    """The standard ``start`` of the worker ``proc``, but for its refusal in a daemonic process
+    (lest a child outlive it): an nbmp worker dies with the process that started it where
+    Linux's parent-death signal says so. A Dask worker is such a daemonic process; lifting the
+    flag around the start would change it for every thread of that process."""
+    proc._check_closed()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+    assert proc._popen is None, "cannot start a process twice"  # type: ignore[attr-defined]  # as above
+    assert proc._parent_pid == os.getpid(), "can only start a process object created by current process"  # type: ignore[attr-defined]  # as above
+    if not sys.platform.startswith("linux"):
+        assert not process.current_process()._config.get("daemon"), "daemonic processes are not allowed to have children"  # type: ignore[attr-defined]  # as above
+    process._cleanup()  # type: ignore[attr-defined]  # as above
+    _posix.prepare()
+    # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
+    # an interrupt of the whole process group meanwhile stays pending, then is dropped.
+    with _posix.interrupts_blocked():
+        proc._popen = proc._Popen(proc)  # type: ignore[attr-defined]  # as above
+    proc._sentinel = proc._popen.sentinel  # type: ignore[attr-defined]  # as above
+    del proc._target, proc._args, proc._kwargs  # type: ignore[attr-defined]  # as the standard start: no cycle through the target
+    process._children.add(proc)  # type: ignore[attr-defined]  # as above

@@ -11,19 +11,16 @@ it ends travel to the client as Dask events on the run's topic (``log_event``).
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import os
 import pickle
 import socket
 import time
-import warnings
 from dataclasses import dataclass
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._backend import cells as _cells, pickling as _pickling
 from .._base import Event, ProcessException, ProcessRaisedException, WorkerExited, WorkerOutput, WorkerRaised
-from .._forking import ForkSafetyWarning, Launch, registry as _registry
+from .._forking import Launch, registry as _registry
 from .._spawn import spawn
 
 __all__ = ["RankJob", "RankOutcome", "run_rank", "topic_of"]
@@ -107,33 +104,20 @@ def run_rank(payload: bytes, rank: int, job: RankJob) -> RankOutcome:
     fn, args, cells = pickle.loads(payload)
     relay = _Relay(worker, topic_of(job.run_key), rank)
     try:
-        with _children_allowed():
+        # Dask's own threads (the Nanny's watch, the event loop) run in every worker; the rank's
+        # child never uses them, and nbmp's fork handlers reset the locks it does use.
+        known = _registry.hazards_known.set(True)
+        try:
             context = spawn(_AsRank(fn, rank, job, cells, worker.address), args, nprocs=1, join=False,
                             output="none", dashboard=False, sinks=[relay])
+        finally:
+            _registry.hazards_known.reset(known)
         pid = context.pids()[0]
         relay.send("started", pid, socket.gethostname(), worker.address)
         outcome = _supervise(context, worker, key, rank, pid, relay, job.grace_period)
     finally:
         relay.send("end")
     return outcome
-
-
-@contextlib.contextmanager
-def _children_allowed() -> Iterator[None]:
-    """Dask's Nanny starts its worker as a daemonic process, and the standard library refuses
-    children to those (so that none outlives it). An nbmp worker cannot outlive its parent
-    (the parent-death signal), so the flag is lifted while the rank's process starts."""
-    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]  # stdlib private
-    daemon = config.pop("daemon", None)
-    try:
-        with warnings.catch_warnings():
-            # Dask's own threads (the Nanny's watch, the event loop) run in every worker; the rank's
-            # child never uses them, and nbmp's fork handlers reset the locks it does use.
-            warnings.simplefilter("ignore", ForkSafetyWarning)
-            yield
-    finally:
-        if daemon is not None:
-            config["daemon"] = daemon
 
 
 def _supervise(context: Any, worker: Any, key: Any, rank: int, pid: int, relay: _Relay,

@@ -15,8 +15,7 @@ The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbm
    then -- only in a child nbmp forked itself -- each user ``after_in_child``.
 
 Points 1 and 2 run once for a round of forks (``popen_fork.fork_round``: the workers of a
-``spawn`` or a Pool), and the ``before`` handlers learn the thread budget of the round's
-first child (``NativePools`` lowers the parent's OpenMP and OpenBLAS to it, see there).
+``spawn`` or a Pool).
 
 Only nbmp's own forks run this: none of it is registered with ``os.register_at_fork``,
 so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp (the sharing layer
@@ -33,6 +32,7 @@ started in).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import hashlib
 import itertools
@@ -266,14 +266,7 @@ class ForkHandle:
         self.remove()
 
 
-_coming_threads = 1  # the thread budget of the child about to be forked (before_fork sets it)
-
-
-def _coming_budget() -> int:
-    return _coming_threads
-
-
-_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting, _coming_budget)
+_builtins: List[ForkHandler] = builtin_handlers(_fork_locks, worker_threads_setting)
 _user_handlers: List[ForkHandler] = []
 
 
@@ -358,6 +351,9 @@ def _report(handler: ForkHandler, point: str) -> None:
 
 _warned: set[str] = set()
 _forked_by_nbmp = False
+# Set by a caller for the forks its own thread makes, when the hazards are known not to touch
+# the workers (a Dask worker's threads); per context, so other threads' forks still warn.
+hazards_known: "contextvars.ContextVar[bool]" = contextvars.ContextVar("nbmp_hazards_known", default=False)
 
 
 def hazards(applying: Optional[List[ForkHandler]] = None) -> List[str]:
@@ -387,10 +383,9 @@ def _caller_level() -> int:
 def before_fork(launch: Optional[Launch] = None) -> None:
     """In the parent, just before ``os.fork()`` of a child stamped with ``launch``: warn once
     per hazard; run ``before`` handlers."""
-    global _coming_threads, _plan
-    _coming_threads = 1 if launch is None else thread_budget(launch)
+    global _plan
     _plan = _split()
-    new = [message for message in hazards(_plan[1]) if message not in _warned]
+    new = [] if hazards_known.get() else [message for message in hazards(_plan[1]) if message not in _warned]
     for message in new:
         _warned.add(message)
         warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())

@@ -25,10 +25,8 @@ from .torch_state import Torch
 __all__ = ["ForkHandler", "ForkSafetyWarning", "Worker", "builtin_handlers"]
 
 
-def builtin_handlers(locks: Locks, threads_setting: Callable[[], Optional[int]],
-                     coming_threads: Callable[[], int]) -> List[ForkHandler]:
+def builtin_handlers(locks: Locks, threads_setting: Callable[[], Optional[int]]) -> List[ForkHandler]:
     """nbmp's handlers, in order; the registry hands in the state two of them read (its ForkLocks,
-    its thread budget and the budget of the child about to be forked), so that no handler imports
-    the registry."""
-    return [GarbageCollector(), Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(coming_threads),
-            NativePools(threads_setting, coming_threads), Torch(coming_threads), Cuda(), Jax()]
+    its thread budget), so that no handler imports the registry."""
+    return [GarbageCollector(), Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(),
+            NativePools(threads_setting), Torch(), Cuda(), Jax()]
