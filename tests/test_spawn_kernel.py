@@ -144,30 +144,3 @@ def test_progress_bars_redraw_in_place_in_the_calling_cell(kernel):
     assert sorted(as_jupyterlab_shows(cell.stderr)) == ["[0] 100%|#####|", "[1] 100%|#####|"]
     assert sorted(cell.stdout.splitlines()) == ["[0] done 0", "[1] done 1"]
 
-
-def _frames_shown(traceback_lines):
-    import re
-    text = re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(traceback_lines))  # IPython colours its tracebacks
-    return text
-
-
-@pytest.mark.parametrize("call", ["spawn", "pool"])
-def test_a_workers_error_shows_its_traceback_not_nbmps_frames(kernel, call):
-    """IPython honours __tracebackhide__: the cell's frame, then the worker's traceback with the
-    cell's source line; nbmp's own frames (run.py, pool.py, the standard Pool's) are hidden."""
-    kernel.run("import nbmp\ndef explode(i):\n    raise KeyError(f'missing {i}')").raise_for_error()
-    code = ("nbmp.spawn(explode, nprocs=1)" if call == "spawn" else
-            "with nbmp.Pool(1) as p:\n    p.map(explode, [0])")
-    cell = kernel.run(code)
-    assert cell.error is not None and cell.error["ename"] in ("ProcessRaisedException", "KeyError")
-    shown = _frames_shown(cell.error["traceback"])
-    assert "raise KeyError(f'missing {i}')" in shown, shown  # the worker's frame, with the cell's line
-    for machinery in ("start_processes", "multiprocessing/pool.py", "in _wait"):
-        assert machinery not in shown, (machinery, shown)
-    assert shown.index("raise KeyError") < shown.rindex("KeyError"), shown
-    kernel.run("%xmode --show").raise_for_error()  # the user asks for every frame
-    try:
-        everything = _frames_shown(kernel.run(code).error["traceback"])
-    finally:
-        kernel.run("%xmode --hide").raise_for_error()
-    assert ("start_processes" if call == "spawn" else "_wait") in everything, everything

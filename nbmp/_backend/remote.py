@@ -2,10 +2,12 @@
 
 In the worker, :class:`CapturedException` keeps the exception (pickled on its own, or
 replaced by ``RemoteTaskError`` if it would not survive the trip), its frames as plain
-tuples without the worker loop's own, and its chain as text. In the parent the frames
-are rendered as a traceback: source lines are looked up there too, so frames of
-notebook cells -- which a spawned worker's ``linecache`` never saw -- show their code,
-and cells are labelled as IPython labels them (``Cell In[5], line 3``).
+tuples without nbmp's own that called the user's code, and its chain as text. In the
+parent the frames become the exception's ``__traceback__`` again (a frame per worker
+frame, with its file, line and function, so IPython and ``traceback`` show them as
+they show local frames), and are rendered as text: source lines are looked up there too,
+so frames of notebook cells show their code, and cells are labelled as IPython labels
+them (``Cell In[5], line 3``).
 
 It arrives as one of two things, as the caller asks:
 
@@ -21,12 +23,14 @@ from __future__ import annotations
 
 import linecache
 import pickle
+import sys
 import traceback
+import types
 from dataclasses import dataclass
 from multiprocessing.pool import RemoteTraceback  # type: ignore[attr-defined]  # typeshed omits this runtime name
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
-from .._base.exceptions import RemoteTaskError
+from .._base.exceptions import RemoteTaskError, in_nbmp
 from . import pickling as _pickling
 from .cells import label_cells
 
@@ -58,8 +62,10 @@ class CapturedException:
         self.exc_type = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
         self.message = str(exc)
         self.pickled = _survivor(exc, self.exc_type)
-        self.frames: List[Frame] = [(f.filename, f.lineno or 0, f.name, f.line or "")
-                                    for f in traceback.extract_tb(exc.__traceback__) if f.filename not in skip]
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename not in skip]
+        while frames and in_nbmp(frames[0].filename):  # what called the user's code (%%nbmp's cell program)
+            frames.pop(0)
+        self.frames: List[Frame] = [(f.filename, f.lineno or 0, f.name, f.line or "") for f in frames]
         self.tail = "".join(traceback.format_exception_only(type(exc), exc))
         self.chain = _format_chain(exc)
         self.header = header
@@ -102,6 +108,27 @@ def _load(pickled: bytes, exc_type: str, message: str) -> BaseException:
     return exc if isinstance(exc, BaseException) else RemoteTaskError(f"{exc_type}: {message}", exc_type=exc_type)
 
 
+def _worker_frames(frames: List[Frame]) -> Optional[types.TracebackType]:
+    """A traceback whose frames stand for the worker's: each is a stub compiled under the worker
+    frame's file and function name that raises at its line (jinja2 and tblib do the same)."""
+    tb = None
+    for filename, lineno, name, _ in reversed(frames):
+        stub = compile("\n" * (lineno - 1) + "raise _Stub", filename, "exec").replace(co_name=name)
+        if sys.version_info >= (3, 11):  # IPython names a frame by its qualified name
+            stub = stub.replace(co_qualname=name)
+        try:
+            exec(stub, {"_Stub": _Stub})
+        except _Stub as stopped:
+            frame = stopped.__traceback__.tb_next.tb_frame  # type: ignore[union-attr]  # the stub's own frame
+        # tb_lasti -1: no column range, so no carets under a line the stub does not hold
+        tb = types.TracebackType(tb, frame, -1, lineno)
+    return tb
+
+
+class _Stub(Exception):
+    pass
+
+
 def _render(frames: List[Frame], tail: str, chain: str) -> str:
     lines = [chain, "Traceback (most recent call last):\n"]
     for filename, lineno, name, line in frames:
@@ -115,11 +142,12 @@ def _render(frames: List[Frame], tail: str, chain: str) -> str:
 
 def _rebuild_remote(pickled: bytes, exc_type: str, message: str, frames: List[Frame], tail: str,
                     chain: str) -> Remote:
-    return Remote(_load(pickled, exc_type, message), exc_type, message, _render(frames, tail, chain))
+    exc = _load(pickled, exc_type, message).with_traceback(_worker_frames(frames))
+    return Remote(exc, exc_type, message, _render(frames, tail, chain))
 
 
 def _rebuild_exception(header: str, pickled: bytes, exc_type: str, message: str, frames: List[Frame], tail: str,
                        chain: str) -> BaseException:
-    exc = _load(pickled, exc_type, message)
+    exc = _load(pickled, exc_type, message).with_traceback(_worker_frames(frames))
     exc.__cause__ = RemoteTraceback('\n"""\n' + header + _render(frames, tail, chain) + '"""')
     return exc

@@ -9,17 +9,27 @@ Wrong arguments are the built-in ``TypeError`` / ``ValueError``.
 
 The spawn errors pickle by ``__reduce__`` (exceptions with extra constructor arguments
 do not round-trip through the default ``BaseException`` pickling).
+
+:func:`raised_at_caller` makes the errors a public call raises to report a run's end point
+at the caller's line, without nbmp's frames.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+import functools
+import os
+import types
+from multiprocessing.pool import RemoteTraceback  # type: ignore[attr-defined]  # typeshed omits this runtime name
+from typing import Any, Callable, List, Optional, Tuple, TypeVar, cast
 
 from .events import WorkerExited
 
 __all__ = ["NbmpError", "RemoteTaskError", "ProcessException", "ProcessRaisedException", "UncallableTargetError",
            "ProcessExitedException", "ProcessStoppedException",
-           "raised_message", "exited_error", "stopped_error"]
+           "raised_message", "exited_error", "stopped_error", "in_nbmp", "raised_at_caller"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class NbmpError(Exception):
@@ -199,3 +209,40 @@ def exited_error(end: WorkerExited) -> ProcessExitedException:
              f"process {end.index:d} terminated with exit code {end.exitcode:d}")
     cause = f"\nLikely cause: {end.cause}." if end.cause else ""
     return ProcessExitedException(first + cause, end.index, end.pid, end.exitcode, sig)
+
+
+def in_nbmp(filename: str) -> bool:
+    """Whether ``filename`` is one of nbmp's own source files."""
+    return filename.startswith(_PACKAGE)
+
+
+def raised_at_caller(fn: _F) -> _F:
+    """``fn``, a public entry point, whose reports of a run's end -- an :class:`NbmpError`, or a
+    worker's exception rebuilt with its worker's frames -- show the caller's line and then the
+    worker's frames, none of nbmp's. Other errors (nbmp's bugs) keep every frame."""
+
+    @functools.wraps(fn)
+    def entry(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  # IPython hides it; Python 3.10 keeps it (see below)
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:
+            if isinstance(error, NbmpError) or isinstance(error.__cause__, RemoteTraceback):
+                # From Python 3.11 a bare raise goes on with this traceback and adds no frame of
+                # this function; 3.10 re-raises the traceback it caught.
+                error.__traceback__ = _without_nbmp(error.__traceback__)
+            raise
+
+    return cast(_F, entry)
+
+
+def _without_nbmp(tb: Optional[types.TracebackType]) -> Optional[types.TracebackType]:
+    kept: List[types.TracebackType] = []
+    while tb is not None:
+        if not in_nbmp(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    rebuilt = None
+    for tb in reversed(kept):
+        rebuilt = types.TracebackType(rebuilt, tb.tb_frame, tb.tb_lasti, tb.tb_lineno)
+    return rebuilt

@@ -25,6 +25,7 @@ else:
     from IPython.core.magic import cell_magic, line_magic
     from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from .._base.exceptions import raised_at_caller
 from .cellprogram import CellProgram
 
 __all__ = ["NbmpMagics", "load", "unload"]
@@ -43,6 +44,7 @@ class NbmpMagics(Magics):
     @argument("-c", "--cluster", default=None,
               help="a Dask scheduler address: one rank per worker there (default: nbmp.set_cluster's, else here)")
     @cell_magic
+    @raised_at_caller
     def nbmp(self, line: str, cell: str) -> List[Any]:
         """Run the cell in N workers with ``rank`` and ``world_size`` defined.
 

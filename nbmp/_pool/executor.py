@@ -41,7 +41,11 @@ __all__ = ["ProcessPoolExecutor"]
 
 def _call_pickled(data: bytes, inherited: Optional[MainObjects] = None) -> Any:
     fn, args, kwargs = pickle.loads(data)
-    value = fn(*args, **kwargs)
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as exc:  # its traceback, sent as text, starts at fn: from 3.11 without this frame
+        exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
+        raise
     return value if inherited is None else _Reply(value, inherited)
 
 

@@ -37,6 +37,7 @@ from .._backend.main_module import Initializer
 from .._backend.popen_fork import fork_round
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
 from .._base.checks import check_int
+from .._base.exceptions import raised_at_caller
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
 from .frames import StreamCut
@@ -297,18 +298,21 @@ class Pool(_stdpool.Pool):
 
     # -- blocking calls: progress, and an interrupt terminates the Pool -----------------
 
+    @raised_at_caller
     def map(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = None,
             progress: Any = None) -> List[Any]:
         """Apply ``func`` to each item; ``progress``: True, False, None (auto) or a sink."""
         sink = _progress.resolve(progress)
         return self._wait(lambda: self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
 
+    @raised_at_caller
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None, progress: Any = None) -> List[Any]:
         """``func(*args)`` for each ``args`` in ``iterable``; ``progress`` as in :meth:`map`."""
         sink = _progress.resolve(progress)
         return self._wait(lambda: self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
 
+    @raised_at_caller
     def apply(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {}) -> Any:
         """``func(*args, **kwds)`` in a worker; an interrupt terminates the Pool."""
         return self._wait(lambda: self.apply_async(func, args, kwds), None, "apply", func)
@@ -413,13 +417,13 @@ def _read_away(reader: Any, result_handler: Any) -> None:
 
 def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:
     """``result.get()``; a task's error is raised from here, without the standard Pool's frames
-    (its ``__cause__`` holds the worker's traceback)."""
+    (its traceback is the worker's, its ``__cause__`` the same as text)."""
     __tracebackhide__ = True  # noqa: F841  # see Pool._wait
     result.wait()
     if result.successful():
         return result.get()
     error: BaseException = result._value  # type: ignore[attr-defined]  # stdlib private: the task's exception
-    raise error.with_traceback(None)
+    raise error
 
 
 def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int, watch: Watch,

@@ -30,6 +30,7 @@ from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
+from .._base.exceptions import raised_at_caller
 from .output import StreamPrinter
 from .args import check_arguments, check_grace_period
 from .supervisor import Supervisor, Worker
@@ -96,6 +97,7 @@ class ProcessContext:
             return None
         return [w.outcome[1] if w.outcome is not None else None for w in sup.workers]
 
+    @raised_at_caller
     def join(self, timeout: Optional[float] = None, grace_period: Optional[float] = None) -> bool:
         """Wait up to ``timeout`` seconds; True once every worker exited successfully.
 
@@ -187,6 +189,7 @@ def _error_for(worker: Worker) -> ProcessException:
 # --------------------------------------------------------------------------
 
 
+@raised_at_caller
 def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
                     daemon: bool = False, start_method: Optional[str] = None, *, output: str = "prefix",
                     grace_period: float = DEFAULT_GRACE_PERIOD, dashboard: Any = None,
@@ -242,6 +245,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     return process_context.results
 
 
+@raised_at_caller
 def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, join: bool = True,
           daemon: bool = False, start_method: Optional[str] = None, **options: Any) -> Any:
     """Run ``fn(i, *args)`` in ``nprocs`` worker processes and return their values by ``i``.
