@@ -458,14 +458,14 @@ def test_terminate_says_no_writer_is_left_only_once_every_worker_has_ended(monke
     # reading at the first empty moment. Told when the first worker had ended (multiprocessing's
     # wait() returns at the first ready sentinel), a worker still alive could fill the pipe again,
     # and the task thread's last message then waited for room forever (seen once in CI).
-    from nbmp._backend.posix import alive
+    from multiprocessing.connection import wait
     from nbmp._pool.frames import FrameReader
 
     told: List[List[int]] = []
     original = FrameReader.writers_gone
 
-    def writers_gone(self: Any) -> None:
-        told.append([w.pid for w in workers if alive(w.pid)])
+    def writers_gone(self: Any) -> None:  # a worker whose sentinel is not ready may still write
+        told.append([w.pid for w in workers if not wait([w.sentinel], 0)])
         original(self)
 
     monkeypatch.setattr(FrameReader, "writers_gone", writers_gone)
@@ -837,7 +837,7 @@ def test_parallel_map_raises_worker_lost():
     (lambda: nbmp.Pool("2"), TypeError, "processes must be a positive int or None, not '2'"),
     (lambda: nbmp.Pool(1, initializer=3), TypeError, "initializer must be a callable"),
     (lambda: nbmp.parallel_map(abs, [1], workers=0), ValueError, "workers must be a positive int"),
-    (lambda: nbmp.parallel_map(3, [1]), TypeError, "func must be callable, not 3"),
+    (lambda: nbmp.parallel_map(3, [1]), TypeError, "fn must be callable, not 3"),
     (lambda: nbmp.parallel_map(abs, [1], start_method="threads"), ValueError, "unknown start method 'threads'"),
 ])
 def test_bad_input_is_refused_before_any_process_starts(call, error, match):

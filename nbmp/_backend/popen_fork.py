@@ -137,15 +137,37 @@ class Popen(PeakMemory, popen_fork.Popen):
         if not _round.quiesced:
             _forking.before_fork(getattr(process_obj, "launch", None))
             _round.quiesced_in = os.getpid() if in_round else 0
-        launch = super()._launch  # type: ignore[misc]  # stdlib private: typeshed omits it
         try:
             if not _WARNS_ABOUT_THREADS:
-                launch(_ChildEntry(process_obj, None))  # the child never returns from here
+                self._fork(_ChildEntry(process_obj, None))  # the child never returns from here
                 return
             hidden = warnings.catch_warnings()
             with hidden:
                 warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
-                launch(_ChildEntry(process_obj, hidden))
+                self._fork(_ChildEntry(process_obj, hidden))
         finally:
             if not in_round:
                 _forking.after_fork_in_parent()
+
+    def _fork(self, entry: _ChildEntry) -> None:
+        """The standard launch, which leaves its four pipe ends open when the fork fails (EAGAIN
+        at the process limit): a Pool or run that fails to start must leave nothing behind."""
+        parent_r, child_w = os.pipe()
+        child_r, parent_w = os.pipe()
+        try:
+            self.pid = os.fork()
+        except BaseException:
+            util.close_fds(parent_r, child_w, child_r, parent_w)  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+            raise
+        if self.pid == 0:
+            code = 1
+            try:
+                os.close(parent_r)
+                os.close(parent_w)
+                code = entry._bootstrap(parent_sentinel=child_r)
+            finally:
+                os._exit(code)
+        os.close(child_w)
+        os.close(child_r)
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_r, parent_w))  # type: ignore[attr-defined]  # as above
+        self.sentinel = parent_r

@@ -414,6 +414,7 @@ def _abandon(workers: List[Worker], unstarted: List[_Unstarted]) -> None:
     for worker in workers:
         worker.process.kill()
         worker.process.join()
+        worker.process.close()  # its sentinel's pipes now, not when a traceback that holds it goes
     for one in unstarted:
         for end in one.ends:
             end.close()
