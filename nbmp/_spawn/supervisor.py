@@ -106,7 +106,7 @@ class Supervisor:
         # context variable, so the relayed lines land in the cell that called spawn.
         # The target is a function of this module, so the thread counts as nbmp's own (not a
         # user thread to warn about) when another run forks (see nbmp._forking.threads).
-        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._main,),
+        self.thread = threading.Thread(target=_supervise, args=(self, contextvars.copy_context()),
                                        name=f"nbmp-spawn-{self.run_id}", daemon=True)
         self.thread.start()
 
@@ -354,6 +354,11 @@ class Supervisor:
             worker.result_pipe.close()
         self._selector.close()
         self._wakeup.close()
+
+
+def _supervise(supervisor: Supervisor, context: contextvars.Context) -> None:
+    """The supervisor thread: the run, in a copy of the caller's context."""
+    context.run(supervisor._main)
 
 
 def _reap(process: BaseProcess) -> int:
