@@ -32,6 +32,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._backend import pickling as _pickling
+from .._backend.context import default_context, workers_context
 from .._backend.main_module import Initializer, MainObjects
 from .._base import WorkerExited
 from .errors import WorkerLostError, lost_error
@@ -39,10 +40,24 @@ from .errors import WorkerLostError, lost_error
 __all__ = ["ProcessPoolExecutor"]
 
 
-def _call_pickled(data: bytes, inherited: Optional[MainObjects] = None) -> Any:
-    fn, args, kwargs = pickle.loads(data)
+def _call_pickled(call: Any, inherited: Optional[MainObjects] = None) -> Any:
+    fn, args, kwargs = call  # a _Call, loaded
     value = fn(*args, **kwargs)
     return value if inherited is None else _Reply(value, inherited)
+
+
+class _Call:
+    """A call nbmp pickled in ``submit``. The worker loads it as it takes the call from the
+    queue, where the standard worker loads its calls: an error or an exit there ends the
+    worker and breaks the pool, as with the standard executor."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> Any:
+        return pickle.loads, (self.data,)
 
 
 class _Reply:
@@ -122,13 +137,13 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
     def __init__(self, max_workers: Optional[int] = None, mp_context: Any = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: Tuple[Any, ...] = (),
                  **kwargs: Any) -> None:
-        if mp_context is None:
-            from .._backend import default_context
-            mp_context = default_context.get_context()
+        if mp_context is None and kwargs.get("max_tasks_per_child") is not None:
+            mp_context = default_context.get_context("spawn")  # as the standard picks its spawn context: fork cannot replace workers
         self._inherited = MainObjects()
         if callable(initializer):  # the __main__ names it sets stay the worker's
             initializer = Initializer(initializer)
-        super().__init__(max_workers, mp_context, initializer, initargs, **kwargs)
+        # Its workers ignore SIGINT and die with this process, as a Pool's do (a standard context stays as given).
+        super().__init__(max_workers, workers_context(mp_context), initializer, initargs, **kwargs)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
         """Schedule ``fn(*args, **kwargs)``; it is pickled now, by nbmp's pickler (cloudpickle)."""
@@ -138,21 +153,25 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
                 data = _pickling.dumps_explained((fn, args, kwargs), {"the function": fn, "args": args,
                                                                       "kwargs": kwargs},
                                                  "submit it to a ProcessPoolExecutor")
-        except Exception as exc:  # the stdlib fails the future, not the call: so does nbmp
-            with self._shutdown_lock:
-                if self._broken:
-                    raise BrokenProcessPool(self._broken) from None
-                if self._shutdown_thread:
-                    raise RuntimeError("cannot schedule new futures after shutdown") from None
+        except Exception as exc:  # the standard executor fails the future, not the call: so does nbmp
+            # A no-op takes the call's place, for a submit's other steps (a worker started on demand,
+            # the manager thread running); the future fails now, not in the queue's feeder thread
+            # as the standard one does, where a shutdown meanwhile could deadlock (CPython gh-125451).
+            super().submit(int)
             failed: Future[Any] = Future()
             failed.set_exception(exc)
             return failed
-        return super().submit(_call_pickled, data, inherited)
+        except BaseException:  # an interrupt: the manager thread stops the workers forked above at shutdown
+            with self._shutdown_lock:
+                self._start_executor_manager_thread()
+            raise
+        return super().submit(_call_pickled, _Call(data), inherited)
 
     def _workers_inherit(self) -> Optional[MainObjects]:
         """Under fork, what the workers inherited of ``__main__``, once they run (the stdlib
-        starts them all at the first submit: here, before its call is pickled); else None:
-        what ``submit`` pickles under, and what it tells the worker to send its value under."""
+        starts them all at the first submit: here, before its call is pickled; its manager
+        thread starts after, as the stdlib's does, once the call waits); else None: what
+        ``submit`` pickles under, and what it tells the worker to send its value under."""
         if not self._forks():
             return None
         with self._shutdown_lock:
