@@ -3,16 +3,19 @@
 What differs from ``concurrent.futures.ProcessPoolExecutor``:
 
 * its workers are started from an nbmp context (``mp_context=None`` means nbmp's
-  default, fork first), so they get nbmp's fork-safety handling;
+  default, fork first; spawn with ``max_tasks_per_child``, as the stdlib picks) as
+  workers: nbmp's fork-safety handling, SIGINT ignored, death with this process;
 * each call (function, args, kwargs) is pickled by nbmp's pickler in ``submit`` and
-  travels as bytes inside the stdlib's ``_CallItem`` (as loky does): lambdas and
-  cell-defined functions work under every start method, arrays and tensors go by
-  shared memory. Under fork the workers start at the first ``submit``, before its call is
-  pickled, and a ``__main__`` function or class they inherited goes by reference, as the
-  standard executor sends it (see ``_backend.main_module``). Results come back through
-  the context's ``SimpleQueue``, which for an nbmp context pickles with nbmp too;
+  travels as bytes inside the stdlib's ``_CallItem`` (as loky does), loaded by the worker
+  as it takes the item from the queue, where the stdlib's worker loads its calls:
+  lambdas and cell-defined functions work under every start method, arrays and tensors
+  go by shared memory. Under fork the workers start at the first ``submit``, before its
+  call is pickled, and a ``__main__`` function or class they inherited goes by
+  reference, as the standard executor sends it (see ``_backend.main_module``). Results
+  come back through the context's ``SimpleQueue``, which for an nbmp context pickles
+  with nbmp too;
 * a call that cannot be pickled fails its future (``result()`` raises), as the stdlib's
-  does, but with nbmp's message that names the culprit;
+  does, but at once and with nbmp's message that names the culprit;
 * a worker that dies makes the pending futures raise ``BrokenProcessPool`` whose message
   names the worker's pid and exit code or signal and the likely cause (the
   :class:`nbmp.WorkerLostError` chained as ``__cause__``), where the stdlib only says
