@@ -214,6 +214,9 @@ def _alive(pid: int) -> bool:
 # Started as the standard executor starts its workers
 # --------------------------------------------------------------------------
 
+needs_max_tasks_per_child = pytest.mark.skipif(sys.version_info < (3, 11), reason="max_tasks_per_child: Python 3.11+")
+
+
 def test_workers_start_on_demand_up_to_max_workers(start_method):
     ctx = nbmp.get_context(start_method)
     semaphore = ctx.Semaphore(0)
@@ -228,6 +231,7 @@ def test_workers_start_on_demand_up_to_max_workers(start_method):
         assert [f.result(TIMEOUT) for f in futures] == [True] * 5
 
 
+@needs_max_tasks_per_child
 def test_max_tasks_per_child_without_a_context_picks_spawn():
     with nbmp.ProcessPoolExecutor(1, max_tasks_per_child=2) as ex:
         assert ex._mp_context.get_start_method() == "spawn"
@@ -235,6 +239,7 @@ def test_max_tasks_per_child_without_a_context_picks_spawn():
     assert pids[0] == pids[1] != pids[2] == pids[3]
 
 
+@needs_max_tasks_per_child
 def test_max_tasks_per_child_under_fork_is_refused_as_the_standard_refuses_it():
     with pytest.raises(ValueError, match="incompatible with the 'fork'"):
         nbmp.ProcessPoolExecutor(1, mp_context=nbmp.get_context("fork"), max_tasks_per_child=2)
