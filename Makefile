@@ -21,7 +21,7 @@ SID_PYTHONS ?= 3.14 3.15
 SID_PYTHON ?= 3.15
 
 .PHONY: test test-under-load fault-campaign typecheck lab demo notebooks docs browser-test bench clean venv wheel-check cpython-suite \
-	sid-test sid-wheel-check sid-cpython-suite sid-clean
+	cpython-cf-suite sid-test sid-wheel-check sid-cpython-suite sid-clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,14 @@ typecheck: venv
 ## (about 16 minutes on 2 cores; not part of `make test`). Deliberate differences: docs/dropin.md
 cpython-suite: venv
 	$(PY) scripts/cpython_mp_suite.py $(SUITE_ARGS)
+
+## make cpython-cf-suite: the process-pool tests of CPython's own test.test_concurrent_futures
+## (3.12+) under fork, forkserver and spawn, with the standard executor and with
+## nbmp.ProcessPoolExecutor (and nbmp's contexts) in its place; prints the counts, every test
+## whose outcome differs and every process a test left running, and fails on either
+## (deliberate differences: docs/dropin.md). Not part of `make test`
+cpython-cf-suite: venv
+	$(PY) scripts/cpython_cf_suite.py $(SUITE_ARGS)
 
 ## make fault-campaign: the fault-injection suite's long run (scripts/fault_campaign.py): interrupts
 ## at random moments of every call (a real kernel's %%nbmp too) and SIGKILLs of busy parents;

@@ -14,8 +14,8 @@ test classes are built as ``Lib/test/test_multiprocessing_<method>`` builds them
 (``install_tests_in_module_dict``), all four kinds by default (``misc``: the plain
 TestCase classes), so every ``self.Process``, ``self.Queue``, ``self.Pool``,
 ``multiprocessing.get_context(...)`` and ``set_start_method`` in the tests is nbmp's. It
-prints, per method, the counts for both, the tests whose outcome differs and the
-``/dev/shm`` entries a run left behind; the exit status is 1 when nbmp fails a test the
+prints, per method, the counts for both, the tests whose outcome differs, the
+``/dev/shm`` entries a run left behind and the processes a test left running; the exit status is 1 when nbmp fails a test the
 standard module passes (and fails it again when rerun alone), unless docs/dropin.md lists
 the test as deliberate.
 
@@ -28,11 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 import types
-from typing import Any, Dict, List, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 IMPL_VAR, METHOD_VAR, TYPES_VAR, ONLY_VAR = "NBMP_SUITE_IMPL", "NBMP_SUITE_METHOD", "NBMP_SUITE_TYPES", "NBMP_SUITE_ONLY"
 TEST_TIMEOUT_VAR = "NBMP_SUITE_TEST_TIMEOUT"
@@ -95,9 +97,21 @@ def build_tests() -> types.ModuleType:
 
 
 def run_tests(module: types.ModuleType) -> None:
-    """Run the tests, printing one ``@@ outcome test_id`` line per test as it ends."""
+    """Run the test classes of ``module`` between its set-up and tear-down."""
+    import unittest
+    loader = unittest.TestLoader()
+    tests = [t for name, obj in sorted(vars(module).items())
+             if isinstance(obj, type) and issubclass(obj, unittest.TestCase)
+             for t in _flatten(loader.loadTestsFromTestCase(obj)) if t.id().split(".", 1)[1] not in LEFT_OUT]
+    run_suite(tests, module.setUpModule, module.tearDownModule)
+
+
+def run_suite(tests: List[Any], set_up: Callable[[], Any] = lambda: None,
+              tear_down: Callable[[], Any] = lambda: None) -> None:
+    """Run ``tests`` (those --only names, when given) between ``set_up`` and ``tear_down``,
+    printing one ``@@ outcome test_id`` line per test as it ends, the /dev/shm names made and
+    the processes left."""
     import faulthandler
-    import signal
     import unittest
     # A driver started in the background (``make cpython-suite &``) hands its children
     # SIGINT ignored; the tests that send SIGINT expect Python's default handler.
@@ -105,19 +119,13 @@ def run_tests(module: types.ModuleType) -> None:
 
     per_test = float(os.environ.get(TEST_TIMEOUT_VAR, "300"))
     seen = _shm_names()
-
-    def note_shm(where: str) -> None:
-        # The /dev/shm names made since the last look (the driver reports those left at the end).
-        new = _shm_names() - seen
-        for name in sorted(new):
-            print(f"@@ shm {name} {where}", file=sys.__stdout__, flush=True)
-        seen.update(new)
+    children = _children()
 
     class Result(unittest.TextTestResult):
         # A test that hangs dumps every thread's stack to stderr and ends the run, as
         # regrtest's --timeout does: the driver prints it and names the test.
         def startTest(self, test: Any) -> None:
-            note_shm(f"(before {test.id()})")
+            _note_shm(seen, f"(before {test.id()})")
             print(f"@@ start {test.id()}", file=sys.__stdout__, flush=True)
             faulthandler.dump_traceback_later(per_test, exit=True)
             super().startTest(test)
@@ -125,7 +133,8 @@ def run_tests(module: types.ModuleType) -> None:
         def stopTest(self, test: Any) -> None:
             faulthandler.cancel_dump_traceback_later()
             super().stopTest(test)
-            note_shm(test.id())
+            _note_shm(seen, test.id())
+            _note_children(children, test.id())
 
         def _report(self, outcome: str, test: Any) -> None:
             print(f"@@ {outcome} {test.id()}", file=sys.__stdout__, flush=True)
@@ -148,19 +157,49 @@ def run_tests(module: types.ModuleType) -> None:
         def addUnexpectedSuccess(self, test: Any) -> None:
             super().addUnexpectedSuccess(test); self._report("ok", test)
 
-    loader = unittest.TestLoader()
-    tests = unittest.TestSuite([loader.loadTestsFromTestCase(obj) for name, obj in sorted(vars(module).items())
-                                if isinstance(obj, type) and issubclass(obj, unittest.TestCase)])
-    tests = unittest.TestSuite([t for t in _flatten(tests) if t.id().split(".", 1)[1] not in LEFT_OUT])
     only = os.environ.get(ONLY_VAR)
     if only:  # --only: the tests whose id contains one of these words
-        tests = unittest.TestSuite([t for t in _flatten(tests) if any(w in t.id() for w in only.split())])
-    module.setUpModule()
+        tests = [t for t in tests if any(w in t.id() for w in only.split())]
+    set_up()
     try:
-        unittest.TextTestRunner(stream=sys.stderr, resultclass=Result, verbosity=0).run(tests)
+        unittest.TextTestRunner(stream=sys.stderr, resultclass=Result, verbosity=0).run(unittest.TestSuite(tests))
     finally:
-        module.tearDownModule()
-        note_shm("(the module's set-up and tear-down)")
+        tear_down()
+        _note_shm(seen, "(the module's set-up and tear-down)")
+
+
+def _note_shm(seen: Set[str], where: str) -> None:
+    """Print the /dev/shm names made since the last look (the driver reports those left at the end)."""
+    new = _shm_names() - seen
+    for name in sorted(new):
+        print(f"@@ shm {name} {where}", file=sys.__stdout__, flush=True)
+    seen.update(new)
+
+
+def _note_children(before: Set[int], test_id: str, settle: float = 2.0) -> None:
+    """Print the processes a test left: descendants of this interpreter that were not there
+    before it, still alive ``settle`` seconds after it ended (each is named once)."""
+    deadline = time.monotonic() + settle
+    while (left := _children() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in sorted(left):
+        print(f"@@ left {pid} {test_id}", file=sys.__stdout__, flush=True)
+    before.update(left)
+
+
+def _children() -> Set[int]:
+    """Live descendants of this process but the standard module's helpers (the resource
+    tracker, the fork server: they serve every test); a fork server's workers count."""
+    import psutil
+    helpers = {"multiprocessing.resource_tracker", "multiprocessing.forkserver"}
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and not any(h in " ".join(child.cmdline()) for h in helpers):
+                found.add(child.pid)
+        except psutil.Error:  # ended meanwhile
+            continue
+    return found
 
 
 def _shm_names() -> Set[str]:
@@ -177,7 +216,8 @@ def _flatten(suite: Any) -> List[Any]:
     return [suite]
 
 
-if os.environ.get(IMPL_VAR):  # a test interpreter, or one of its spawned children: build the same tests
+# A test interpreter, or one of its spawned children (not a script importing this one): build the same tests.
+if os.environ.get(IMPL_VAR) and __name__ in ("__main__", "__mp_main__"):
     _tests = build_tests()
 
 
@@ -185,25 +225,38 @@ if os.environ.get(IMPL_VAR):  # a test interpreter, or one of its spawned childr
 # The driver
 # --------------------------------------------------------------------------
 
-def run_one(impl: str, method: str, types_: List[str], timeout: float, only: List[str]) -> Dict[str, Any]:
-    env = {**os.environ, IMPL_VAR: impl, METHOD_VAR: method, TYPES_VAR: " ".join(types_), ONLY_VAR: " ".join(only)}
+def run_one(impl: str, method: str, timeout: float, only: List[str], script: str = __file__,
+            env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Run ``script --child`` (its tests for ``impl`` and ``method``) in a fresh interpreter;
+    its outcomes, what it left, how long it took."""
+    env = {**os.environ, **(env or {}), IMPL_VAR: impl, METHOD_VAR: method, ONLY_VAR: " ".join(only)}
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-        hung = False
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        hung = True
+    # Its output goes to files and it runs in a session of its own: a process it leaves
+    # running cannot hold the driver's pipes open, and is found by its session id.
+    with tempfile.TemporaryFile("w+") as out_file, tempfile.TemporaryFile("w+") as err_file:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(script), "--child"], env=env,
+                                stdout=out_file, stderr=err_file, text=True, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout)
+            hung = False
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            hung = True
+        finally:
+            outlived = _end_session(proc.pid)
+        out_file.seek(0)
+        err_file.seek(0)
+        out, err = out_file.read(), err_file.read()
     outcomes: Dict[str, str] = {}
     last_started = None
     made: Dict[str, str] = {}  # /dev/shm name -> the test during which it appeared
+    left_running: Dict[str, str] = {}  # pid -> the test after which it was still alive
     for line in out.splitlines():
-        if line.startswith("@@ shm "):
-            _, _, name, where = line.split(" ", 3)
-            made[name] = where if where.startswith("(") else where.split(".", 1)[1]
+        line = line[max(line.find("@@ "), 0):]  # a test's own print without a newline may come first
+        if line.startswith(("@@ shm ", "@@ left ")):
+            _, kind, name, where = line.split(" ", 3)
+            (made if kind == "shm" else left_running)[name] = where if where.startswith("(") else where.split(".", 1)[1]
         elif line.startswith("@@ "):
             _, outcome, test_id = line.split(" ", 2)
             if outcome == "start":
@@ -218,9 +271,38 @@ def run_one(impl: str, method: str, types_: List[str], timeout: float, only: Lis
         # Reported, not failed on: other processes on a shared machine make and remove their own.
         print(f"{method} {impl}: /dev/shm/{name} was made during {test_id} and is still there after the run",
               flush=True)
+    for pid, test_id in sorted(left_running.items()):
+        print(f"{method} {impl}: process {pid} was still running after {test_id}", flush=True)
+    for pid, command in sorted(outlived.items()):
+        print(f"{method} {impl}: process {pid} ({command}) outlived the run; ended by the driver", flush=True)
+        left_running.setdefault(str(pid), "(the run)")
     return {"outcomes": outcomes, "hung": hung, "seconds": round(time.monotonic() - started),
             "stderr_tail": err[-4000:], "returncode": proc.returncode, "last_started": last_started,
-            "left_in_shm": left}
+            "left_in_shm": left, "left_running": left_running}
+
+
+def _end_session(sid: int, settle: float = 5.0) -> Dict[int, str]:
+    """The processes of session ``sid`` still alive ``settle`` seconds after its leader ended
+    (the resource tracker and fork server end by themselves meanwhile), killed."""
+    import psutil
+    deadline = time.monotonic() + settle
+    while True:
+        left = {}
+        for pid in psutil.pids():
+            try:
+                if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                    left[pid] = " ".join(psutil.Process(pid).cmdline())[:120]
+            except (OSError, psutil.Error):  # ended meanwhile
+                continue
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
 
 
 def _left_in_shm(made: Dict[str, str], settle: float = 3.0) -> Dict[str, str]:
@@ -234,14 +316,14 @@ def _left_in_shm(made: Dict[str, str], settle: float = 3.0) -> Dict[str, str]:
         time.sleep(0.1)
 
 
-def confirmed(method: str, types_: List[str], timeout: float, suspects: List[str]) -> List[str]:
-    """The ``suspects`` (nbmp failed, stdlib passed) that fail again when run alone.
+def confirmed(rerun: Callable[[List[str]], Dict[str, Any]], suspects: List[str]) -> List[str]:
+    """The ``suspects`` (nbmp failed, stdlib passed) that fail again when ``rerun`` alone.
 
     Some of CPython's tests are timing-sensitive and fail now and then on a busy machine
     with either module; a difference counts only when nbmp's failure repeats."""
     if not suspects:
         return []
-    again = run_one("nbmp", method, types_, timeout, suspects)["outcomes"]
+    again = rerun(suspects)["outcomes"]
     repeated = [test_id for test_id in suspects if again.get(test_id) != "ok"]
     for test_id in suspects:
         print(f"    rerun of {test_id} with nbmp: {again.get(test_id, 'not run')}"
@@ -256,11 +338,10 @@ def count(outcomes: Dict[str, str]) -> Dict[str, int]:
     return counts
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(doc: str) -> argparse.ArgumentParser:
+    """The options both suites take."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--methods", nargs="+", default=["fork", "spawn", "forkserver"])
-    parser.add_argument("--types", nargs="+", default=["processes", "threads", "manager", "misc"],
-                        help="test kinds: processes, threads, manager, and misc (the plain TestCase classes)")
     parser.add_argument("--impls", nargs="+", default=["stdlib", "nbmp"])
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per run (default 1200)")
     parser.add_argument("--test-timeout", type=float, default=300,
@@ -271,17 +352,16 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "not pass (failures: about half the time, and only nbmp's counts are complete)")
     parser.add_argument("--json", help="also write the full results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.child:
-        run_tests(_tests)
-        return 0
+    return parser
+
+
+def compare(args: argparse.Namespace, run: Callable[[str, str, List[str]], Dict[str, Any]],
+            deliberate: Dict[str, str], processes_must_end: bool = False) -> int:
+    """Run the tests per method with each of ``args.impls`` (``run(impl, method, only)``), print
+    the counts and every test whose outcome differs; 1 when nbmp fails, again when rerun alone,
+    a test the standard module passes and ``deliberate`` does not name (by test name, any
+    class), or (``processes_must_end``) when a test left a process of nbmp's run running."""
     os.environ[TEST_TIMEOUT_VAR] = str(args.test_timeout)
-    try:
-        import test._test_multiprocessing  # noqa: F401
-    except ImportError as exc:
-        print(f"this interpreter has no test package ({exc}): install a Python built with it "
-              f"(pyenv and python.org builds are; Debian's needs libpython3-testsuite)", file=sys.stderr)
-        return 2
     results: Dict[str, Dict[str, Any]] = {}
     regressions = 0
     for method in args.methods:
@@ -293,9 +373,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 if not only:  # nbmp passed them all: nothing to compare
                     results[f"stdlib/{method}"] = {"outcomes": {}, "seconds": 0, "hung": False}
                     continue
-            results[f"{impl}/{method}"] = run = run_one(impl, method, args.types, args.timeout, only)
-            print(f"{method:10} {impl:6} {count(run['outcomes'])} in {run['seconds']} s"
-                  f"{'  HUNG (killed)' if run['hung'] else ''}", flush=True)
+            results[f"{impl}/{method}"] = result = run(impl, method, only)
+            print(f"{method:10} {impl:6} {count(result['outcomes'])} in {result['seconds']} s"
+                  f"{'  HUNG (killed)' if result['hung'] else ''}", flush=True)
+            if processes_must_end and impl == "nbmp":
+                regressions += len(result["left_running"])
         if set(args.impls) == {"stdlib", "nbmp"}:
             std, ours = results[f"stdlib/{method}"]["outcomes"], results[f"nbmp/{method}"]["outcomes"]
             compared = set(std) | set(ours) if args.baseline == "all" else set(std) | {
@@ -303,16 +385,35 @@ def main(argv: Optional[List[str]] = None) -> int:
             suspects = []
             for test_id in sorted(compared):
                 if std.get(test_id) != ours.get(test_id):
-                    why = DELIBERATE.get(test_id.rsplit(".", 1)[-1])
+                    why = deliberate.get(test_id.rsplit(".", 1)[-1])
                     print(f"    {test_id}: stdlib {std.get(test_id, 'not run')}, nbmp {ours.get(test_id, 'not run')}"
                           f"{f'  (deliberate: {why})' if why else ''}")
                     if std.get(test_id) == "ok" and ours.get(test_id) != "ok" and not why:
                         suspects.append(test_id)
-            regressions += len(confirmed(method, args.types, args.timeout, suspects))
+            regressions += len(confirmed(lambda only: run("nbmp", method, only), suspects))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     return 1 if regressions else 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = arguments(__doc__)
+    parser.add_argument("--types", nargs="+", default=["processes", "threads", "manager", "misc"],
+                        help="test kinds: processes, threads, manager, and misc (the plain TestCase classes)")
+    args = parser.parse_args(argv)
+    if args.child:
+        run_tests(_tests)
+        return 0
+    try:
+        import test._test_multiprocessing  # noqa: F401
+    except ImportError as exc:
+        print(f"this interpreter has no test package ({exc}): install a Python built with it "
+              f"(pyenv and python.org builds are; Debian's needs libpython3-testsuite)", file=sys.stderr)
+        return 2
+    types_env = {TYPES_VAR: " ".join(args.types)}
+    return compare(args, lambda impl, method, only: run_one(impl, method, args.timeout, only, env=types_env),
+                   DELIBERATE)
 
 
 if __name__ == "__main__":

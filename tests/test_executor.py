@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import gc
 import os
+import pickle
 import signal
+import sys
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
+import psutil
 import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from helpers import run_main
+from helpers import run_main, wait_until
 
 
 def executor(method: str, workers: int = 2, **kwargs) -> nbmp.ProcessPoolExecutor:
@@ -26,7 +30,7 @@ def executor(method: str, workers: int = 2, **kwargs) -> nbmp.ProcessPoolExecuto
 def test_is_a_concurrent_futures_executor():
     assert issubclass(nbmp.ProcessPoolExecutor, concurrent.futures.ProcessPoolExecutor)
     with nbmp.ProcessPoolExecutor(1) as ex:
-        assert ex._mp_context is nbmp.get_context()
+        assert ex._mp_context._ctx is nbmp.get_context()  # its workers' context: nbmp's default
 
 
 def test_submit_and_map_with_lambdas(start_method):
@@ -123,3 +127,159 @@ def test_the_standard_executor_with_an_nbmp_context_still_refuses_lambdas():
         with pytest.raises(Exception, match="(?i)pickle|local object"):  # 3.13 words it "Can't get local object"
             ex.submit(lambda: 1).result(TIMEOUT)
         assert ex.submit(int, "5").result(TIMEOUT) == 5
+
+
+# --------------------------------------------------------------------------
+# No worker outlives its executor (the parent's death: test_reliability.py)
+# --------------------------------------------------------------------------
+
+_kept = None
+
+
+def _keep(semaphore):
+    global _kept
+    _kept = semaphore  # a worker gets a context's semaphore at its start, the way it may cross
+
+
+def _wait_for_kept():
+    return _kept.acquire(timeout=TIMEOUT)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("ending", ["shutdown(wait=True)", "shutdown(wait=False)", "garbage collection"])
+def test_no_worker_outlives_its_executor(start_method, ending):
+    ctx = nbmp.get_context(start_method)
+    semaphore = ctx.Semaphore(0)
+    ex = nbmp.ProcessPoolExecutor(2, mp_context=ctx, initializer=_keep, initargs=(semaphore,))
+    blocked = [ex.submit(_wait_for_kept) for _ in range(2)]  # the tasks wait on the semaphore at the end
+    workers = list(ex._processes.values())
+    assert len(workers) == 2
+    release = threading.Timer(0.5, lambda: [semaphore.release() for _ in range(2)])
+    release.start()
+    try:
+        if ending == "garbage collection":
+            del ex
+            gc.collect()
+        else:
+            ex.shutdown(wait=ending == "shutdown(wait=True)")
+        assert [f.result(TIMEOUT) for f in blocked] == [True, True]
+        for worker in workers:
+            worker.join(TIMEOUT)
+        assert [w.exitcode for w in workers] == [0, 0], f"workers outlived the executor's {ending}"
+    finally:
+        release.join()
+
+
+def test_no_worker_outlives_the_interpreter(start_method):
+    out = run_main(f"""
+        import threading, nbmp
+        ctx = nbmp.get_context({start_method!r})
+        semaphore = ctx.Semaphore(0)
+        def keep(s):
+            global kept
+            kept = s
+        ex = nbmp.ProcessPoolExecutor(2, mp_context=ctx, initializer=keep, initargs=(semaphore,))
+        for _ in range(2):
+            ex.submit(lambda: kept.acquire(timeout=30))
+        print(*[p.pid for p in ex._processes.values()])
+        threading.Timer(0.5, lambda: [semaphore.release() for _ in range(2)]).start()
+    """)  # no shutdown: the interpreter's exit ends the executor
+    workers = [int(pid) for pid in out.split()]
+    assert len(workers) == 2
+    wait_until(lambda: not any(_alive(pid) for pid in workers), "the workers ended with the interpreter", TIMEOUT)
+
+
+@pytest.mark.parametrize("refusal", [RuntimeError, KeyboardInterrupt])
+def test_a_call_refused_by_the_pickler_leaves_no_worker_running(start_method, refusal):
+    class Refused:
+        def __reduce__(self):
+            raise refusal("not this")
+
+    ex = executor(start_method)
+    with pytest.raises(refusal, match="not this"):
+        ex.submit(print, Refused()).result(TIMEOUT)  # an error fails the future; an interrupt, the call
+    workers = list(ex._processes.values())  # under fork they started before the call was pickled
+    ex.shutdown()
+    assert all(w.exitcode is not None for w in workers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+# --------------------------------------------------------------------------
+# Started as the standard executor starts its workers
+# --------------------------------------------------------------------------
+
+needs_max_tasks_per_child = pytest.mark.skipif(sys.version_info < (3, 11), reason="max_tasks_per_child: Python 3.11+")
+
+
+def test_workers_start_on_demand_up_to_max_workers(start_method):
+    ctx = nbmp.get_context(start_method)
+    semaphore = ctx.Semaphore(0)
+    with nbmp.ProcessPoolExecutor(3, mp_context=ctx, initializer=_keep, initargs=(semaphore,)) as ex:
+        ex.submit(int).result(TIMEOUT)
+        ex.submit(int).result(TIMEOUT)
+        assert len(ex._processes) == (3 if start_method == "fork" else 1)  # fork: all at once, as the stdlib
+        futures = [ex.submit(_wait_for_kept) for _ in range(5)]
+        assert len(ex._processes) == 3
+        for _ in futures:
+            semaphore.release()
+        assert [f.result(TIMEOUT) for f in futures] == [True] * 5
+
+
+@needs_max_tasks_per_child
+def test_max_tasks_per_child_without_a_context_picks_spawn():
+    with nbmp.ProcessPoolExecutor(1, max_tasks_per_child=2) as ex:
+        assert ex._mp_context.get_start_method() == "spawn"
+        pids = [ex.submit(os.getpid).result(TIMEOUT) for _ in range(4)]
+    assert pids[0] == pids[1] != pids[2] == pids[3]
+
+
+@needs_max_tasks_per_child
+def test_max_tasks_per_child_under_fork_is_refused_as_the_standard_refuses_it():
+    with pytest.raises(ValueError, match="incompatible with the 'fork'"):
+        nbmp.ProcessPoolExecutor(1, mp_context=nbmp.get_context("fork"), max_tasks_per_child=2)
+
+
+# --------------------------------------------------------------------------
+# What the standard executor does with a lock, and with a call that fails to load
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["Lock", "Semaphore"])
+@pytest.mark.parametrize("sent, error, words", [("the lock", RuntimeError, "through inheritance"),
+                                                ("its acquire method", TypeError, "cannot pickle")])
+def test_a_context_lock_fails_its_future_as_the_standards_does_and_names_the_fix(start_method, kind, sent, error,
+                                                                                 words):
+    lock = getattr(nbmp.get_context(start_method), kind)()
+    with executor(start_method) as ex:
+        future = ex.submit(print, lock) if sent == "the lock" else ex.submit(lock.acquire)
+        with pytest.raises(error, match=words) as info:
+            future.result(TIMEOUT)
+        if sys.version_info >= (3, 11) or sent != "the lock":  # the standard error says it; nbmp's note (3.11+)
+            assert "initargs=(lock,)" in "\n".join([str(info.value), *getattr(info.value, "__notes__", [])])
+        assert ex.submit(int, "3").result(TIMEOUT) == 3  # the executor stays usable, as the standard one
+
+
+class _FailsToLoad:
+    def __init__(self, how):
+        self.how = how
+
+    def __reduce__(self):
+        return (sys.exit, (1,)) if self.how == "exit" else (_raise_unpickling_error, ())
+
+
+def _raise_unpickling_error():
+    raise pickle.UnpicklingError("cannot load this")
+
+
+@pytest.mark.parametrize("how", ["error", "exit"])
+def test_a_call_that_fails_to_load_in_the_worker_breaks_the_pool(start_method, how):
+    with executor(start_method, 1) as ex:
+        with pytest.raises(BrokenProcessPool):
+            ex.submit(id, _FailsToLoad(how)).result(TIMEOUT)
+        with pytest.raises(BrokenProcessPool):
+            ex.submit(int)

@@ -63,11 +63,11 @@ def _kill_session(sid: int) -> None:
 
 
 # --------------------------------------------------------------------------
-# 3. Pool workers die with their parent
+# 3. Pool and executor workers die with their parent
 # --------------------------------------------------------------------------
 
-BUSY_POOL = """
-    import os, sys, time
+BUSY_WORKERS = """
+    import os, sys, threading, time
     import nbmp
 
     def busy(x):
@@ -76,37 +76,50 @@ BUSY_POOL = """
         time.sleep(60)
 
     def make():
-        pool = nbmp.get_context(sys.argv[1]).Pool(2)
-        pool.map_async(busy, range(2), chunksize=1)
-        return pool
+        ctx = nbmp.get_context(sys.argv[1])
+        if sys.argv[4] == "Pool":
+            made.append(ctx.Pool(2))
+            made[0].map_async(busy, range(2), chunksize=1)
+        else:
+            made.append(nbmp.ProcessPoolExecutor(2, mp_context=ctx))
+            for i in range(2):
+                made[0].submit(busy, i)
 
+    made = []
     if sys.argv[3] == "thread":  # started by a thread that ends: their parent-death signal differs
-        import threading
-        made = []
-        maker = threading.Thread(target=lambda: made.append(make()))
+        maker = threading.Thread(target=make)
         maker.start()
         maker.join()
     else:
-        pool = make()
+        make()
+    while len(os.listdir(sys.argv[2])) < 2:
+        time.sleep(0.05)
+    if sys.argv[5] == "os._exit":
+        os._exit(0)  # no cleanup: neither the workers' owner's nor the interpreter's
     time.sleep(120)
 """
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("starter", ["main thread", "thread"])
+@pytest.mark.parametrize("end, starter", [("SIGKILL", "main thread"), ("SIGKILL", "thread"),
+                                          ("os._exit", "main thread")])
+@pytest.mark.parametrize("owner", ["Pool", "ProcessPoolExecutor"])
 @pytest.mark.parametrize("method", START_METHODS)
-def test_pool_workers_die_when_their_parent_is_killed(method, starter, tmp_path):
-    script = _start_script(BUSY_POOL, method, str(tmp_path), starter)
+def test_workers_die_when_their_parent_dies(method, owner, end, starter, tmp_path):
+    # The standard module's workers live on after such an end (a Pool's busy, an executor's
+    # blocked on its call queue).
+    script = _start_script(BUSY_WORKERS, method, str(tmp_path), starter, owner, end)
     try:
         workers = _busy_workers(script, tmp_path, 2, timeout=60)
-        os.kill(script.pid, signal.SIGKILL)
+        if end == "SIGKILL":
+            os.kill(script.pid, signal.SIGKILL)
         script.wait(30)
         deadline = time.monotonic() + 10
         alive = workers
         while alive and time.monotonic() < deadline:
             alive = [pid for pid in workers if _alive(pid)]
             time.sleep(0.05)
-        assert alive == [], f"Pool workers {alive} outlived their killed parent ({method}, started by the {starter})"
+        assert alive == [], f"{owner} workers {alive} outlived their parent ({method}, {end}, started by the {starter})"
         # The rest of the session (the resource tracker, a fork server) ends by itself and
         # cleans up after the script (its named semaphores): give it the time to.
         _wait_gone(script.pid, 10)

@@ -18,11 +18,11 @@ import sys
 from multiprocessing import context, process, reduction
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
-from .. import _base
+from .. import _base, _forking
 from . import process as _process
 
 __all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
-           "default_context", "register_factory", "register_plugin", "plugin"]
+           "default_context", "register_factory", "register_plugin", "plugin", "workers_context"]
 
 # ``Pool`` and ``Manager`` are built in the layers above this one (nbmp._pool, nbmp.managers),
 # and ``cluster=`` is served by the one above those (nbmp._cluster): each registers here when
@@ -229,3 +229,38 @@ def _first_method() -> str:
 
 default_context = DefaultContext(_concrete_contexts[_first_method()])
 _process.default_context = default_context
+
+
+class _WorkersContext:
+    """An nbmp context whose processes are workers: they ignore SIGINT from their first
+    instruction and die with the process that started them (``_forking.Launch``). Everything
+    but ``Process`` is the wrapped context's."""
+
+    def __init__(self, ctx: BaseContext) -> None:
+        self._ctx = ctx
+
+    def Process(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802  (the context's name)
+        # Each concrete context sets ``Process``; typeshed types it on the stdlib's subclasses only.
+        started = self._ctx.Process(*args, **kwargs)  # type: ignore[attr-defined]
+        started.launch = _forking.Launch(worker=True)
+        return started
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ctx, name)
+
+    def __repr__(self) -> str:
+        return f"<workers of {self._ctx!r}>"
+
+
+def workers_context(ctx: Any) -> Any:
+    """What a manager starts its server from, and an executor its workers: ``ctx`` (default:
+    nbmp's default context), its processes workers if it is an nbmp context. A standard
+    context, passed on purpose, starts standard processes.
+
+    Example::
+
+        >>> workers_context(None).Process(target=print).launch.worker
+        True
+    """
+    ctx = ctx or default_context.get_context()
+    return _WorkersContext(ctx) if isinstance(ctx, BaseContext) else ctx

@@ -4,8 +4,11 @@
   (cloudpickle, shared arrays as handles). A proxy's connection stays in step with the
   server through an interrupt (:class:`_ProxyConnection`), and the server's exit waits for
   the replies its threads are sending (:class:`Server`).
-* The context a manager starts its server from (:func:`server_context`): the server is a
-  worker, which ignores SIGINT from its start and dies with its parent.
+* The context a manager starts its server from (``context.workers_context``): the server is
+  a worker, which ignores SIGINT from its start and dies with its parent. A manager's server
+  serves the process that started it (the standard manager shuts it down at that process's
+  exit); after a SIGKILL of that process (a notebook kernel killed by the OOM killer) the
+  standard server would live on, holding every object and shared array stored in it.
 * :class:`StartsFromNbmp`, the mixin of nbmp's manager classes: that serializer and that
   context by default, and no server left running by an interrupted start or shutdown.
 
@@ -24,11 +27,9 @@ from multiprocessing import connection as _stdconnection, managers, process
 from typing import Any, Optional
 
 from .._base import checks as _checks
-from .._forking import Launch
 from . import connection, context, posix
-from .context import default_context
 
-__all__ = ["SERIALIZER", "Server", "SharedMemoryServer", "StartsFromNbmp", "server_context"]
+__all__ = ["SERIALIZER", "Server", "SharedMemoryServer", "StartsFromNbmp"]
 
 
 class _Serializer(str):
@@ -209,36 +210,6 @@ def _nbmp_serializer() -> _Serializer:
     return SERIALIZER
 
 
-class _ServerContext:
-    """An nbmp context as a manager sees it: the one process it starts (its server) is a
-    worker, which ignores SIGINT from its first instruction and dies with its parent.
-
-    A manager's server serves the process that started it (the standard manager shuts it
-    down at that process's exit); after a SIGKILL of that process (a notebook kernel killed
-    by the OOM killer) the standard server would live on, holding every object and shared
-    array stored in it. Everything but ``Process`` is the wrapped context's."""
-
-    def __init__(self, ctx: context.BaseContext) -> None:
-        self._ctx = ctx
-
-    def Process(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802  (the context's name)
-        # Each concrete context sets ``Process``; typeshed types it on the stdlib's subclasses only.
-        process = self._ctx.Process(*args, **kwargs)  # type: ignore[attr-defined]
-        process.launch = Launch(worker=True)
-        return process
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ctx, name)
-
-
-def server_context(ctx: Any) -> Any:
-    """The context a manager starts its server from: ``ctx`` (default: nbmp's default
-    context), its server a worker if ``ctx`` is an nbmp context."""
-    ctx = ctx or default_context.get_context()
-    # A standard context, passed on purpose, starts a standard server.
-    return _ServerContext(ctx) if isinstance(ctx, context.BaseContext) else ctx
-
-
 class StartsFromNbmp:
     """What nbmp's managers add to the standard ones (a mixin placed before them): the
     serializer ``"nbmp"`` by default, a server started as a worker from nbmp's context,
@@ -248,7 +219,7 @@ class StartsFromNbmp:
                  serializer: str = SERIALIZER, ctx: Any = None, **kwargs: Any) -> None:
         _checks.manager(type(self).__name__, address, authkey, serializer, _table)
         super().__init__(address, authkey, serializer,  # type: ignore[call-arg]  # a mixin: next in the MRO is a manager, not object
-                         ctx=server_context(ctx), **kwargs)
+                         ctx=context.workers_context(ctx), **kwargs)
 
     def start(self, initializer: Any = None, initargs: Any = ()) -> None:
         """Start the server process (the standard ``start``). An interrupt (or any error)

@@ -462,11 +462,17 @@ def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> Pi
     reason = str(exc).rstrip(". ")
     if "Fix:" in reason:  # the error already says what to do (e.g. a CUDA tensor)
         return PicklingError(f"cannot pickle {where} to {action}: {reason}.")
+    if "SemLock" in reason:  # a lock's own method (lock.acquire): the lock crosses as its bare semaphore
+        return PicklingError(f"cannot pickle {where} to {action}: {reason}.\n{_LOCK_FIX}")
     fix = "pass it another way (create it inside the worker, or send what is needed to rebuild it)"
     if "start method" in action:  # only a spawn or forkserver start pickles what fork lets workers inherit
         fix += (", or use the 'fork' start method (nbmp's default), under which workers inherit their target "
                 "and arguments without pickling")
     return PicklingError(f"cannot pickle {where} to {action}: {reason}.\nFix: {fix}.")
+
+
+_LOCK_FIX = ("Fix: hand the lock to the workers as they start (initializer=f, initargs=(lock,) of a Pool or "
+             "ProcessPoolExecutor, args= of a Process), or use a manager's: nbmp.Manager().Lock().")
 
 
 def refused_by_pickler(exc: BaseException) -> bool:
@@ -487,6 +493,8 @@ def add_location_note(exc: BaseException, roots: Mapping[str, Any], action: str)
     if "fork context" in str(exc):  # the stdlib's refusal of a fork-made lock under spawn/forkserver
         note += ("\nFix: make the lock (or Value, Array, Queue) from the same start method: nbmp.sharedctypes / "
                  "nbmp.Lock() after nbmp.set_start_method(...), or ctx=nbmp.get_context(method).")
+    elif "through inheritance" in str(exc):  # the stdlib's refusal of a lock sent to a running process
+        note += f"\n{_LOCK_FIX}"
     exc.add_note(note)
 
 

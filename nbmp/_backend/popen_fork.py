@@ -17,6 +17,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 import warnings
 from multiprocessing import popen_fork, util
 from typing import Any, Iterator, Optional
@@ -109,7 +110,12 @@ class PeakMemory:
             try:
                 pid, status, usage = os.wait4(self.pid, flag)
             except OSError:  # not our child (yet), or reaped already: as the standard poll
-                return None
+                # Two threads joining one process (an executor's and its caller's) both wait in
+                # wait4; the one that lost sees its code once the other has set it.
+                deadline = time.monotonic() + 1.0
+                while flag == 0 and self.returncode is None and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                return self.returncode
             if pid == self.pid:
                 self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux
                 self.returncode = os.waitstatus_to_exitcode(status)

@@ -3,16 +3,19 @@
 What differs from ``concurrent.futures.ProcessPoolExecutor``:
 
 * its workers are started from an nbmp context (``mp_context=None`` means nbmp's
-  default, fork first), so they get nbmp's fork-safety handling;
+  default, fork first; spawn with ``max_tasks_per_child``, as the stdlib picks) as
+  workers: nbmp's fork-safety handling, SIGINT ignored, death with this process;
 * each call (function, args, kwargs) is pickled by nbmp's pickler in ``submit`` and
-  travels as bytes inside the stdlib's ``_CallItem`` (as loky does): lambdas and
-  cell-defined functions work under every start method, arrays and tensors go by
-  shared memory. Under fork the workers start at the first ``submit``, before its call is
-  pickled, and a ``__main__`` function or class they inherited goes by reference, as the
-  standard executor sends it (see ``_backend.main_module``). Results come back through
-  the context's ``SimpleQueue``, which for an nbmp context pickles with nbmp too;
+  travels as bytes inside the stdlib's ``_CallItem`` (as loky does), loaded by the worker
+  as it takes the item from the queue, where the stdlib's worker loads its calls:
+  lambdas and cell-defined functions work under every start method, arrays and tensors
+  go by shared memory. Under fork the workers start at the first ``submit``, before its
+  call is pickled, and a ``__main__`` function or class they inherited goes by
+  reference, as the standard executor sends it (see ``_backend.main_module``). Results
+  come back through the context's ``SimpleQueue``, which for an nbmp context pickles
+  with nbmp too;
 * a call that cannot be pickled fails its future (``result()`` raises), as the stdlib's
-  does, but with nbmp's message that names the culprit;
+  does, but at once and with nbmp's message that names the culprit;
 * a worker that dies makes the pending futures raise ``BrokenProcessPool`` whose message
   names the worker's pid and exit code or signal and the likely cause (the
   :class:`nbmp.WorkerLostError` chained as ``__cause__``), where the stdlib only says
@@ -32,6 +35,7 @@ from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from .._backend import pickling as _pickling
+from .._backend.context import default_context, workers_context
 from .._backend.main_module import Initializer, MainObjects
 from .._base import WorkerExited
 from .errors import WorkerLostError, lost_error
@@ -39,14 +43,28 @@ from .errors import WorkerLostError, lost_error
 __all__ = ["ProcessPoolExecutor"]
 
 
-def _call_pickled(data: bytes, inherited: Optional[MainObjects] = None) -> Any:
-    fn, args, kwargs = pickle.loads(data)
+def _call_pickled(call: Any, inherited: Optional[MainObjects] = None) -> Any:
+    fn, args, kwargs = call  # a _Call, loaded
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:  # its traceback, sent as text, starts at fn: from 3.11 without this frame
         exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
         raise
     return value if inherited is None else _Reply(value, inherited)
+
+
+class _Call:
+    """A call nbmp pickled in ``submit``. The worker loads it as it takes the call from the
+    queue, where the standard worker loads its calls: an error or an exit there ends the
+    worker and breaks the pool, as with the standard executor."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> Any:
+        return pickle.loads, (self.data,)
 
 
 class _Reply:
@@ -126,13 +144,13 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
     def __init__(self, max_workers: Optional[int] = None, mp_context: Any = None,
                  initializer: Optional[Callable[..., Any]] = None, initargs: Tuple[Any, ...] = (),
                  **kwargs: Any) -> None:
-        if mp_context is None:
-            from .._backend import default_context
-            mp_context = default_context.get_context()
+        if mp_context is None and kwargs.get("max_tasks_per_child") is not None:
+            mp_context = default_context.get_context("spawn")  # as the standard picks its spawn context: fork cannot replace workers
         self._inherited = MainObjects()
         if callable(initializer):  # the __main__ names it sets stay the worker's
             initializer = Initializer(initializer)
-        super().__init__(max_workers, mp_context, initializer, initargs, **kwargs)
+        # Its workers ignore SIGINT and die with this process, as a Pool's do (a standard context stays as given).
+        super().__init__(max_workers, workers_context(mp_context), initializer, initargs, **kwargs)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> "Future[Any]":
         """Schedule ``fn(*args, **kwargs)``; it is pickled now, by nbmp's pickler (cloudpickle)."""
@@ -142,21 +160,25 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
                 data = _pickling.dumps_explained((fn, args, kwargs), {"the function": fn, "args": args,
                                                                       "kwargs": kwargs},
                                                  "submit it to a ProcessPoolExecutor")
-        except Exception as exc:  # the stdlib fails the future, not the call: so does nbmp
-            with self._shutdown_lock:
-                if self._broken:
-                    raise BrokenProcessPool(self._broken) from None
-                if self._shutdown_thread:
-                    raise RuntimeError("cannot schedule new futures after shutdown") from None
+        except Exception as exc:  # the standard executor fails the future, not the call: so does nbmp
+            # A no-op takes the call's place, for a submit's other steps (a worker started on demand,
+            # the manager thread running); the future fails now, not in the queue's feeder thread
+            # as the standard one does, where a shutdown meanwhile could deadlock (CPython gh-125451).
+            super().submit(int)
             failed: Future[Any] = Future()
             failed.set_exception(exc)
             return failed
-        return super().submit(_call_pickled, data, inherited)
+        except BaseException:  # an interrupt: the manager thread stops the workers forked above at shutdown
+            with self._shutdown_lock:
+                self._start_executor_manager_thread()
+            raise
+        return super().submit(_call_pickled, _Call(data), inherited)
 
     def _workers_inherit(self) -> Optional[MainObjects]:
         """Under fork, what the workers inherited of ``__main__``, once they run (the stdlib
-        starts them all at the first submit: here, before its call is pickled); else None:
-        what ``submit`` pickles under, and what it tells the worker to send its value under."""
+        starts them all at the first submit: here, before its call is pickled; its manager
+        thread starts after, as the stdlib's does, once the call waits); else None: what
+        ``submit`` pickles under, and what it tells the worker to send its value under."""
         if not self._forks():
             return None
         with self._shutdown_lock:
