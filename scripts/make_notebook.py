@@ -28,7 +28,7 @@ _VOLATILE = [
     (re.compile(r"(tcp://[\w.]+:)\d+"), r"\1#"),
 ]
 # pids as nbmp prints them: "pid 123", "process 123", a dashboard row's second column, "123@host"
-_PID_TEXT = [re.compile(r"\b(?:pid|process)[ =]?(\d+)"), re.compile(r"^ {2}\d+ +(\d+)[ @]", re.MULTILINE),
+_PID_TEXT = [re.compile(r"\b(?:pid|process)(?:[ =]|: )?(\d+)"), re.compile(r"^ {2}\d+ +(\d+)[ @]", re.MULTILINE),
              re.compile(r"\b(\d+)@[\w.-]+")]
 
 
@@ -74,8 +74,9 @@ def executed(nb: Any) -> Any:
     nb.metadata.pop("widgets", None)  # live widget state: the static snapshot after each run is what a reader sees
     nb.metadata.pop("language_info", None)
     for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            pids = {pid for text in texts(out) for pattern in _PID_TEXT for pid in pattern.findall(text)}
+        outputs = cell.get("outputs", [])  # a cell's output may come in several pieces: its pids are the cell's
+        pids = {pid for out in outputs for text in texts(out) for pattern in _PID_TEXT for pid in pattern.findall(text)}
+        for out in outputs:
             if "text" in out:
                 out.text = mask(out.text, pids)
             for key in [k for k in out.get("data", {}) if k.startswith("text/")]:

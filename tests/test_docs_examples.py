@@ -18,11 +18,13 @@ import glob
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 from typing import List, NamedTuple, Optional
 
 import pytest
 
-from helpers import run_main
+from helpers import TIMEOUT, run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = os.path.join(ROOT, "docs")
@@ -91,8 +93,19 @@ def test_every_migration_page_has_a_runnable_example():
 
 
 @pytest.mark.parametrize("example", ALL, ids=[f"{e.page.removeprefix('docs/')}:{e.line}" for e in ALL])
-def test_example_runs_and_prints_what_the_page_says(example):
-    if re.search(r"^\s*import torch\b", example.code, re.MULTILINE) and importlib.util.find_spec("torch") is None:
+def test_example_runs_and_prints_what_the_page_says(example, tmp_path):
+    if re.search(r"^\s*(?:import|from) [^\n]*\btorch\b", example.code, re.MULTILINE) and \
+            importlib.util.find_spec("torch") is None:
         pytest.skip("needs torch")
-    out = run_main(as_cell(example.code))
+    if "if __name__ ==" in example.code:
+        # A script, run from its file as a reader would: a fork server (3.14's default start
+        # method) imports the script's functions from it.
+        script = tmp_path / "example.py"
+        script.write_text(example.code)
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT,
+                              env={**os.environ, "PYTHONPATH": ROOT})
+        assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        out = proc.stdout
+    else:  # a notebook cell
+        out = run_main(as_cell(example.code))
     assert _matches(_lines(out), _lines(example.expected or "")), f"{example.page}:{example.line} printed:\n{out}"

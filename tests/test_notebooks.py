@@ -41,7 +41,8 @@ def test_notebook_runs_without_errors_and_is_saved_with_what_it_shows(path):
     fresh = make_notebook.executed(nbformat.read(path, as_version=4))  # raises on an error output
     assert any(text.strip() for text in run_notebook.cell_texts(fresh)), "the notebook showed nothing"
     for number, (saved, now) in enumerate(zip(stored.cells, fresh.cells)):
-        if saved.cell_type == "code":
+        if saved.cell_type == "code" and not any("is not installed: skipping this cell" in line
+                                                 for line in shown(now)[0]):  # saved where it is installed
             assert shown(saved) == shown(now), f"{path}, cell {number}: saved outputs are stale: run `make notebooks`"
 
 

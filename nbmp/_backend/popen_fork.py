@@ -143,37 +143,48 @@ class Popen(PeakMemory, popen_fork.Popen):
         if not _round.quiesced:
             _forking.before_fork(getattr(process_obj, "launch", None))
             _round.quiesced_in = os.getpid() if in_round else 0
+        launch = super()._launch  # type: ignore[misc]  # stdlib private: typeshed omits it
         try:
-            if not _WARNS_ABOUT_THREADS:
-                self._fork(_ChildEntry(process_obj, None))  # the child never returns from here
+            if not _WARNS_ABOUT_THREADS or _fork_warning_ignored():
+                launch(_ChildEntry(process_obj, None))  # the child never returns from here
                 return
             hidden = warnings.catch_warnings()
             with hidden:
                 warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
-                self._fork(_ChildEntry(process_obj, hidden))
+                launch(_ChildEntry(process_obj, hidden))
+        except OSError as failed:
+            if getattr(self, "pid", None) is None:  # the fork itself failed (EAGAIN at the process limit)
+                _close_launch_pipes(failed)
+            raise
         finally:
             if not in_round:
                 _forking.after_fork_in_parent()
 
-    def _fork(self, entry: _ChildEntry) -> None:
-        """The standard launch, which leaves its four pipe ends open when the fork fails (EAGAIN
-        at the process limit): a Pool or run that fails to start must leave nothing behind."""
-        parent_r, child_w = os.pipe()
-        child_r, parent_w = os.pipe()
-        try:
-            self.pid = os.fork()
-        except BaseException:
-            util.close_fds(parent_r, child_w, child_r, parent_w)  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
-            raise
-        if self.pid == 0:
-            code = 1
-            try:
-                os.close(parent_r)
-                os.close(parent_w)
-                code = entry._bootstrap(parent_sentinel=child_r)
-            finally:
-                os._exit(code)
-        os.close(child_w)
-        os.close(child_r)
-        self.finalizer = util.Finalize(self, util.close_fds, (parent_r, parent_w))  # type: ignore[attr-defined]  # as above
-        self.sentinel = parent_r
+
+def _fork_warning_ignored() -> bool:
+    """Whether the warning filters ignore 3.12+'s fork warning anyway (the default ones do): then
+    they are left alone, since hiding it changes them for every thread of the process."""
+    for action, message, category, module, _ in warnings.filters:
+        if issubclass(DeprecationWarning, category) and _matches(message, _FORK_WARNING) \
+                and _matches(module, popen_fork.__name__):
+            return bool(action == "ignore")
+    return False  # no filter says: the default action shows it
+
+
+def _matches(pattern: Any, text: str) -> bool:
+    """A filter's field as the warnings module matches it: None any, a str exactly, a regex from the start."""
+    return pattern is None or (pattern == text if isinstance(pattern, str) else bool(pattern.match(text)))
+
+
+_FORK_WARNING = "This process (pid=1) is multi-threaded, use of fork() may lead to deadlocks in the child."
+
+
+def _close_launch_pipes(failed: OSError) -> None:
+    """Close the pipes the standard launch made before its fork failed, which it leaves open:
+    a Pool or run that fails to start must leave nothing behind."""
+    tb = failed.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is popen_fork.Popen._launch.__code__:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+            made = tb.tb_frame.f_locals
+            util.close_fds(*(made[name] for name in ("parent_r", "child_w", "child_r", "parent_w") if name in made))  # type: ignore[attr-defined]  # as above
+        tb = tb.tb_next
