@@ -48,6 +48,7 @@ STDLIB_ONLY = ["spawn"]  # nbmp.spawn is torch's function: the tests' multiproce
 
 # Tests where nbmp differs on purpose (docs/dropin.md says why); by test name, any class.
 DELIBERATE = {
+    "test_get_all_start_methods": "nbmp's default start method is fork, first in the list, on every Python (3.14+: forkserver)",
     "test_unpickleable_result": "the 'unpicklable' result is a lambda: cloudpickle sends it",
     "test_queue_feeder_donot_stop_onexc": "Queue.put pickles in the caller: the error is raised there, not in the feeder",
     "test_queue_feeder_on_queue_feeder_error": "Queue.put pickles in the caller: the error is raised there, not in the feeder",

@@ -131,11 +131,11 @@ BAD = [
     # the drop-in's objects
     ("queue-maxsize", lambda: nbmp.Queue(maxsize="x"), TypeError, ["maxsize", "'x'", "nbmp.Queue(maxsize=100)"]),
     ("joinable-maxsize", lambda: nbmp.JoinableQueue(maxsize=1.5), TypeError, ["maxsize", "1.5"]),
-    ("array-bogus", lambda: nbmp.Array("bogus", 3), ValueError, ["type code 'bogus'", "nbmp.Array('d', 10)"]),
+    ("array-bogus", lambda: nbmp.Array("bogus", 3), TypeError, ["bad typecode 'bogus'", "nbmp.Array('d', 10)"]),
     ("array-int-type", lambda: nbmp.Array(5, 3), TypeError, ["ctypes type", "5"]),
     ("array-negative", lambda: nbmp.Array("i", -3), ValueError, ["-3", ">= 0"]),
     ("array-size-float", lambda: nbmp.RawArray("i", 2.5), TypeError, ["2.5", "size_or_initializer"]),
-    ("value-bogus", lambda: nbmp.Value("bogus"), ValueError, ["type code 'bogus'"]),
+    ("value-bogus", lambda: nbmp.Value("bogus"), TypeError, ["bad typecode 'bogus'"]),
     ("rawvalue-bogus", lambda: nbmp.RawValue(ctypes), TypeError, ["module"]),
     ("semaphore-negative", lambda: nbmp.Semaphore(-1), ValueError, ["value", "-1"]),
     ("bsemaphore-str", lambda: nbmp.BoundedSemaphore("2"), TypeError, ["value", "'2'"]),

@@ -224,7 +224,8 @@ def ctype(value: Any, call: str, example: str) -> None:
     from multiprocessing.sharedctypes import typecode_to_type  # type: ignore[attr-defined]
     if isinstance(value, str):
         if value not in typecode_to_type:
-            raise ValueError(f"nbmp.{call}: unknown type code {value!r}; use one of "
+            # A TypeError, as the standard module's from 3.15 ("bad typecode"; a KeyError before).
+            raise TypeError(f"nbmp.{call}: bad typecode {value!r}; use one of "
                              f"{''.join(sorted(typecode_to_type))!r} (e.g. 'i' int, 'd' double) or a ctypes "
                              f"type such as ctypes.c_double; e.g. {example}")
         return
