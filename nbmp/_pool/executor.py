@@ -28,6 +28,7 @@ a lambda or cell-defined function fails there.
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from concurrent.futures import Future, InvalidStateError, process
 from concurrent.futures.process import BrokenProcessPool
@@ -82,23 +83,33 @@ class _Reply:
             return _pickling.loads, (_pickling.dumps(self.value),)
 
 
+# The standard manager thread's terminate_broken takes the pending futures' message from 3.15.
+_TAKES_MESSAGE = "bpe_message" in inspect.signature(process._ExecutorManagerThread.terminate_broken).parameters  # stdlib private
+
+
 class _ManagerThread(process._ExecutorManagerThread):
     """The stdlib's manager thread, telling which worker died and how."""
 
     processes: Dict[int, Any]
     pending_work_items: Dict[int, Any]
 
-    def terminate_broken(self, cause: Any) -> None:
+    def terminate_broken(self, cause: Any, *args: Any) -> None:
         lost = self._lost_worker()
-        if lost is not None:
-            broken = BrokenProcessPool(f"{lost} The process pool is not usable anymore; create a new one.")
+        if lost is None:
+            super().terminate_broken(cause, *args)
+            return
+        message = f"{lost} The process pool is not usable anymore; create a new one."
+        if _TAKES_MESSAGE:  # 3.15+: the standard's own error per future, its cause naming the exit code
+            super().terminate_broken(cause, bpe_message=message)  # type: ignore[call-arg]  # 3.15's parameter
+            return
+        for work_item in self.pending_work_items.values():
+            broken = BrokenProcessPool(message)  # one per future, as the standard's: no shared traceback
             broken.__cause__ = lost
-            for work_item in self.pending_work_items.values():
-                try:
-                    work_item.future.set_exception(broken)
-                except InvalidStateError:  # cancelled meanwhile
-                    pass
-            self.pending_work_items.clear()
+            try:
+                work_item.future.set_exception(broken)
+            except InvalidStateError:  # cancelled meanwhile
+                pass
+        self.pending_work_items.clear()
         super().terminate_broken(cause)
 
     def _lost_worker(self) -> Optional[WorkerLostError]:
