@@ -63,8 +63,15 @@ def _running_cluster(last: bool):
 
 
 @pytest.fixture(scope="module")
-def client():
+def module_client():
     yield from _running_cluster(last=True)
+
+
+@pytest.fixture
+def client(module_client):
+    """The module's cluster, with both its workers up (a test before may have had one restarted)."""
+    _wait_for_workers(module_client, 2)
+    return module_client
 
 
 @pytest.fixture
@@ -407,8 +414,8 @@ def test_default_cluster(client):
 
 
 @pytest.fixture(scope="module")
-def nb(kernel, client):
-    kernel.run(f"%load_ext nbmp\nimport nbmp\naddress = {client.scheduler.address!r}").raise_for_error()
+def nb(kernel, module_client):
+    kernel.run(f"%load_ext nbmp\nimport nbmp\naddress = {module_client.scheduler.address!r}").raise_for_error()
     yield kernel
     kernel.run("%unload_ext nbmp").raise_for_error()  # closes the kernel's client for the address
 

@@ -44,8 +44,8 @@ def _no_nbmp_frames(shown):
 @pytest.mark.parametrize("method", START_METHODS)
 @pytest.mark.parametrize("call", list(CALLS))
 def test_a_workers_error_leads_with_the_workers_frames(kernel, call, method):
-    if call == "spawn" and sys.version_info >= (3, 15):
-        pytest.skip("on 3.15 IPython shows the stub frames that stand for the worker's without their source lines")
+    if call == "spawn" and sys.version_info >= (3, 14):
+        pytest.skip("on 3.14+ IPython shows the stub frames that stand for the worker's without their source lines")
     kernel.run("%load_ext nbmp").raise_for_error()
     kernel.run(FAILS).raise_for_error()
     cell = kernel.run(CALLS[call].format(method=method), timeout=120)
