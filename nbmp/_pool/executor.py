@@ -28,7 +28,6 @@ a lambda or cell-defined function fails there.
 
 from __future__ import annotations
 
-import inspect
 import pickle
 from concurrent.futures import Future, InvalidStateError, process
 from concurrent.futures.process import BrokenProcessPool
@@ -83,10 +82,6 @@ class _Reply:
             return _pickling.loads, (_pickling.dumps(self.value),)
 
 
-# The standard manager thread's terminate_broken takes the pending futures' message from 3.15.
-_TAKES_MESSAGE = "bpe_message" in inspect.signature(process._ExecutorManagerThread.terminate_broken).parameters  # stdlib private
-
-
 class _ManagerThread(process._ExecutorManagerThread):
     """The stdlib's manager thread, telling which worker died and how."""
 
@@ -99,12 +94,12 @@ class _ManagerThread(process._ExecutorManagerThread):
             super().terminate_broken(cause, *args)
             return
         message = f"{lost} The process pool is not usable anymore; create a new one."
-        if _TAKES_MESSAGE:  # 3.15+: the standard's own error per future, its cause naming the exit code
-            super().terminate_broken(cause, bpe_message=message)  # type: ignore[call-arg]  # 3.15's parameter
-            return
+        # As the standard's from 3.15: an error per future (no shared traceback), its cause the
+        # remote traceback's text, naming the process and its exit code.
+        remote = "\n'''\n" + f"{lost}\nProcess {lost.pid} terminated abruptly with exit code {lost.exitcode}" + "'''"
         for work_item in self.pending_work_items.values():
-            broken = BrokenProcessPool(message)  # one per future, as the standard's: no shared traceback
-            broken.__cause__ = lost
+            broken = BrokenProcessPool(message)
+            broken.__cause__ = process._RemoteTraceback(remote)  # type: ignore[arg-type]  # stdlib private; it takes the text (typeshed says a traceback)
             try:
                 work_item.future.set_exception(broken)
             except InvalidStateError:  # cancelled meanwhile
