@@ -63,11 +63,6 @@ __all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worke
 
 _base_seed: Optional[int] = None
 _started = itertools.count()  # index for a process started without a rank, counted from the last seed()
-# Held while the seed and the count are read or set: threads that start processes at once meet here,
-# and a free-threaded build runs them truly in parallel (no GIL between the two reads, nor inside next()).
-_seeding = threading.Lock()
-if hasattr(os, "register_at_fork"):  # POSIX
-    os.register_at_fork(after_in_child=_seeding._at_fork_reinit)  # type: ignore[attr-defined]  # CPython's own after-fork reset, not in typeshed: a fork by another thread may copy it held
 _worker_threads: Optional[int] = None
 _ENV_THREADS = "NBMP_WORKER_THREADS"
 
@@ -218,6 +213,12 @@ class _ForkLocks:
 
 
 _fork_locks = _ForkLocks()
+
+# Held while the seed and the count are read or set: threads that start processes at once meet here,
+# and a free-threaded build runs them truly in parallel (no GIL between the two reads, nor inside next()).
+# A ForkLock: held across nbmp's forks, fresh in its children.
+_seeding = ForkLock("nbmp seed and start count")
+
 
 # ---------------------------------------------------------------------------
 # The registry
