@@ -9,6 +9,7 @@ that nothing the cluster ran is left.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -138,21 +139,25 @@ def test_a_ranks_progress_bar_reaches_the_sinks_as_status_then_as_its_line(clien
 
 def test_a_ranks_lines_that_come_after_its_task_ended_are_still_printed(client, capfd, monkeypatch):
     # The ranks' messages and their tasks' ends travel apart: under load the messages (its
-    # "started" among them) may come after the end. Delayed here by a second each.
+    # "started" among them) may come after the end. Delayed here by a second each, in order, as
+    # Dask delivers one worker's events.
     from nbmp._cluster.inbox import Inbox
-    on_time, timers = Inbox._on_rank, []
+    on_time, delayed = Inbox._on_rank, queue.Queue()
 
-    def late(self, event):
-        timer = threading.Timer(1.0, on_time, args=(self, event))
-        timers.append(timer)
-        timer.start()
-    monkeypatch.setattr(Inbox, "_on_rank", late)
+    def deliver():
+        while (item := delayed.get()) is not None:
+            inbox, event, due = item
+            time.sleep(max(0.0, due - time.monotonic()))
+            on_time(inbox, event)
+    courier = threading.Thread(target=deliver)
+    courier.start()
+    monkeypatch.setattr(Inbox, "_on_rank", lambda self, event: delayed.put((self, event, time.monotonic() + 1.0)))
     try:
         assert nbmp.spawn(lambda rank: print("late line of rank", rank) or rank, nprocs=2, cluster=client,
                           dashboard=False) == [0, 1]
     finally:
-        for timer in timers:
-            timer.join()
+        delayed.put(None)
+        courier.join()
     out = capfd.readouterr().out.splitlines()
     assert "[0] late line of rank 0" in out and "[1] late line of rank 1" in out
 
