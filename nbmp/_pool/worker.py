@@ -73,6 +73,7 @@ class Slot:
 
 
 _SLOT_BYTES = 3 * 8
+SLICE = 1.0  # seconds an idle worker waits in one go (see _receiver)
 
 
 def _anonymous_file() -> int:
@@ -208,15 +209,21 @@ def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
     def receive(send: Callable[..., None], index: Optional[int], pid: int) -> Any:
         """The next task, or None at the sentinel or EOF. Unreadable tasks are reported and skipped."""
         while True:
-            with rlock:
+            # Waits in slices: a signal that lands just before a wait begins (a terminate's SIGTERM
+            # right after the last result) runs its Python handler at the slice's end, not never.
+            while not rlock.acquire(timeout=SLICE):
+                pass
+            try:
                 slot[PHASE] = WAITING
-                try:
-                    poller.poll()
-                    slot[PHASE] = RECEIVING
-                    data = recv_bytes()
-                except (EOFError, OSError):
-                    slot[PHASE] = IDLE
-                    return None
+                while not poller.poll(SLICE * 1000):
+                    pass
+                slot[PHASE] = RECEIVING
+                data = recv_bytes()
+            except (EOFError, OSError):
+                slot[PHASE] = IDLE
+                return None
+            finally:
+                rlock.release()
             slot[PHASE] = DECODING
             try:
                 task = loads(data)
