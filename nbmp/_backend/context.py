@@ -256,11 +256,6 @@ def workers_context(ctx: Any) -> Any:
     """What a manager starts its server from, and an executor its workers: ``ctx`` (default:
     nbmp's default context), its processes workers if it is an nbmp context. A standard
     context, passed on purpose, starts standard processes.
-
-    Example::
-
-        >>> workers_context(None).Process(target=print).launch.worker
-        True
     """
     ctx = ctx or default_context.get_context()
     return _WorkersContext(ctx) if isinstance(ctx, BaseContext) else ctx

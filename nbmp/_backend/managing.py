@@ -11,11 +11,6 @@
   standard server would live on, holding every object and shared array stored in it.
 * :class:`StartsFromNbmp`, the mixin of nbmp's manager classes: that serializer and that
   context by default, and no server left running by an interrupted start or shutdown.
-
-Example::
-
-    >>> class MyManager(StartsFromNbmp, multiprocessing.managers.BaseManager):
-    ...     _Server = Server
 """
 
 from __future__ import annotations

@@ -421,11 +421,6 @@ class sending_to:
     receiver with its own globals. Everything else is pickled as usual.
 
     A class, not a generator: it is on every Pool task's path.
-
-    Example::
-
-        >>> with sending_to(pool_workers_inherited):
-        ...     data = dumps(task)
     """
 
     __slots__ = ("inherited", "previous")

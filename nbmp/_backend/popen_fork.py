@@ -76,12 +76,6 @@ def fork_round() -> Iterator[None]:
     Each fork after the first would otherwise re-run the handlers and re-fault, page by
     page, all they touch (the previous child shares those pages). Keep the block to the
     starts themselves: nbmp's threads and logging wait for it to end.
-
-    Example::
-
-        >>> with fork_round():
-        ...     for p in processes:
-        ...         p.start()
     """
     if _round.open:  # nested: the outer round runs the handlers
         yield
