@@ -55,21 +55,16 @@ def feed(buffer: "deque[Any]", notempty: threading.Condition, send_bytes: Callab
                     notempty.wait()
             try:
                 while True:
-                    # Left in the buffer until written: put() writes an item itself only while
-                    # the buffer is empty (queues._sent_now), so it never passes this one.
-                    data = buffer[0]
-                    try:
-                        if data is sentinel:
-                            reader_close()
-                            writer_close()
-                            return
-                        if writelock is None:
+                    data = buffer.popleft()
+                    if data is sentinel:
+                        reader_close()
+                        writer_close()
+                        return
+                    if writelock is None:
+                        send_bytes(data)
+                    else:
+                        with writelock:
                             send_bytes(data)
-                        else:
-                            with writelock:
-                                send_bytes(data)
-                    finally:
-                        buffer.popleft()
             except IndexError:  # the buffer is empty: wait for the next put
                 pass
         except Exception as error:

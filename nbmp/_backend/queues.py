@@ -39,37 +39,6 @@ __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 _PICKLING = _forking.ForkLock("queue pickling")
 
 
-# The largest item ``put`` writes itself: a write of at most PIPE_BUF bytes (with the message's
-# 4-byte header) to a pipe that poll() says is writable neither blocks nor mixes with another's.
-_DIRECT_MAX = select.PIPE_BUF - 4
-
-
-def _sent_now(queue: Any, item: bytes) -> bool:
-    """Write a small ``item`` to the Queue's pipe now, if that cannot block; False: the feeder
-    thread is to send it. Called with the Queue's ``_notempty`` held and its buffer empty: the
-    feeder leaves an item in the buffer until it is written, so nothing put before is unsent.
-
-    Waking the feeder costs a switch to another thread (tens of µs on a busy machine: most of
-    what a shared array's round trip added to its floor); the feeder still sends what does not
-    fit, what waits behind something, and reports send errors its way (the item is queued)."""
-    if len(item) > _DIRECT_MAX:
-        return False
-    wlock = queue._wlock
-    if wlock is not None and not wlock.acquire(False):
-        return False  # another process is writing: the feeder waits for it
-    try:
-        if not _posix.ready(queue._writer.fileno(), 0, select.POLLOUT):
-            return False
-        try:
-            queue._send_bytes(item)
-        except OSError:  # nothing was written (at most PIPE_BUF bytes: all or nothing)
-            return False
-        return True
-    finally:
-        if wlock is not None:
-            wlock.release()
-
-
 class _ByNbmp:
     """``put`` pickles with nbmp's pickler, in the caller; ``get`` reads and loads whole."""
 
@@ -136,8 +105,6 @@ class _ByNbmp:
         with self._notempty:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
                 self._start_thread()
-            if not self._buffer and _sent_now(self, item):  # type: ignore[attr-defined]
-                return
             self._buffer.append(item)  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
@@ -154,8 +121,6 @@ class JoinableQueue(_ByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  #
             if self._thread is None:  # type: ignore[attr-defined]
                 self._start_thread()
             self._unfinished_tasks.release()  # type: ignore[attr-defined]
-            if not self._buffer and _sent_now(self, item):  # type: ignore[attr-defined]
-                return
             self._buffer.append(item)  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
