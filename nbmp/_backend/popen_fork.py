@@ -127,7 +127,9 @@ class Popen(PeakMemory, popen_fork.Popen):
         # As the standard Popen's, but a round flushes sys.stdout and sys.stderr once, before
         # its first fork (in a kernel each flush waits for ipykernel's IOPub thread).
         if not _round.quiesced:
-            util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+            for stream in (sys.stdout, sys.stderr):  # as the standard Popen: a missing or closed one is no error
+                with contextlib.suppress(AttributeError, ValueError):
+                    stream.flush()
         self.returncode = None
         self.finalizer = None
         self._launch(process_obj)
