@@ -46,14 +46,11 @@ from .sending import plain_task_bytes
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "SETTLED", "drain", "release_lock"]
+__all__ = ["Watch", "WATCHES", "watch_of", "drain", "release_lock"]
 
-# The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
-BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
-# Each Pool's result queue -> the reader of its pipe (told at terminate that no writer is left).
-READERS: "weakref.WeakKeyDictionary[Any, FrameReader]" = weakref.WeakKeyDictionary()
-# The result queues of Pools whose terminate found nothing in flight (see Watch.settled).
-SETTLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# Each Pool's task queue -> its Watch, for the stdlib's terminate steps (class methods given the
+# queues, not the Pool). Held weakly both ways: the Watch holds the queue.
+WATCHES: "weakref.WeakKeyDictionary[Any, weakref.ref[Watch]]" = weakref.WeakKeyDictionary()
 # The phases in which a worker holds nothing a terminate waits on: no task, no result being
 # written, at most the task queue's read lock (which a terminate with nothing queued never takes).
 _HOLDS_NOTHING = frozenset((IDLE, INIT, WAITING))
@@ -118,6 +115,7 @@ class Watch:
         self.broken_error: Optional[BaseException] = None
         self.start_deaths = 0
         self.deaths = 0  # workers the watcher has seen dead
+        self.quiet = False  # its terminate found nothing in flight (see settled)
         self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
         self.outqueue: Any = None
         self.inqueue: Any = None
@@ -412,8 +410,6 @@ class Watch:
                 release_lock(wlock)
         self.frames = frames = FrameReader(conn, give_back)
         conn.poll = frames.poll  # what the stdlib's result thread asks: messages buffered here count
-        if self.outqueue is not None:
-            READERS[self.outqueue] = frames
         recv, poll = frames.recv, frames.poll
 
         def get() -> Any:
@@ -532,8 +528,6 @@ class Watch:
             error = lost_error(end, doing, _CLOSED)
             self.broken = f"a worker died {doing}"
         self.broken_error = error
-        if self.inqueue is not None:  # None: the Pool already let its queues go
-            BROKEN_QUEUES.add(self.inqueue)
         pool = self._live_pool()
         if pool is not None:  # closed first: a caller woken by the failures below must find it closed
             pool.close()
@@ -578,6 +572,11 @@ def _returncode(proc: Any) -> Optional[int]:
     """The exit code already collected for ``proc``, without waiting or polling."""
     popen = getattr(proc, "_popen", None)  # a stand-in process (a test's) has none: taken as running
     return None if popen is None else popen.returncode
+
+
+def watch_of(inqueue: Any) -> Optional[Watch]:
+    ref = WATCHES.get(inqueue)
+    return None if ref is None else ref()
 
 
 def drain(reader: Any, going: Callable[[], bool]) -> None:
