@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -67,7 +67,6 @@ class _Worker:
     slot: Any
     index: int
     rss: Optional[int] = None
-    _ps: Any = field(default=None, repr=False)  # Any: a psutil.Process (psutil is optional and untyped)
 
     def sentinel(self) -> Optional[int]:
         try:
@@ -80,26 +79,7 @@ class _Worker:
         nbmp's fork and spawn ``Popen`` reap with ``wait4``, see ``peak_rss``)."""
         pid = self.proc.pid
         if pid is not None and not isinstance(self.proc._popen, PeakMemory):
-            self.rss = _rss(self, pid) or self.rss
-
-
-def _rss(worker: _Worker, pid: int) -> Optional[int]:
-    try:
-        if "psutil" in sys.modules or _have_psutil():
-            import psutil
-            worker._ps = worker._ps or psutil.Process(pid)
-            return int(worker._ps.memory_info().rss)
-        return _posix.resident_bytes(pid)
-    except Exception:  # the worker is gone, or no way to ask on this platform
-        return None
-
-
-def _have_psutil() -> bool:
-    try:
-        import psutil  # noqa: F401
-        return True
-    except ImportError:
-        return False
+            self.rss = _posix.resident_bytes(pid) or self.rss
 
 
 class Watch:
