@@ -7,8 +7,8 @@ What differs from ``multiprocessing.queues``:
   the connections directly) gets cloudpickle for tasks and results for free.
 * ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib
   pickles in the feeder thread, where a failure is printed and the item lost);
-  their feeder thread (``feeder.py``) sends the bytes as they are, and ``get``
-  loads them once. As with torch's and loky's queues, the object is captured as
+  the standard feeder thread sends the bytes (``pickling.Pickled``), and ``get``
+  loads the item. As with torch's and loky's queues, the object is captured as
   it is at ``put``. ``get`` holds an interrupt from the moment the bytes are read
   until the item is loaded, and ``put`` while it hands the bytes to the feeder: an
   item carrying shared-memory tickets is either queued and loaded whole, or its
@@ -29,7 +29,7 @@ from queue import Empty, Full
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _forking
-from . import connection as _connection, feeder as _feeder, pickling as _pickling, posix as _posix
+from . import connection as _connection, pickling as _pickling, posix as _posix
 
 if TYPE_CHECKING:
     from multiprocessing import connection, synchronize
@@ -98,14 +98,11 @@ class _ByNbmp:
                         release()
                 raise
 
-    def _start_thread(self) -> None:
-        _feeder.start(self)  # a feeder that sends the bytes put made, not pickling them again
-
     def _enqueue(self, item: bytes) -> None:
         with self._notempty:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
-                self._start_thread()
-            self._buffer.append(item)  # type: ignore[attr-defined]
+                self._start_thread()  # type: ignore[attr-defined]
+            self._buffer.append(_pickling.Pickled(item))  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
 
@@ -119,9 +116,9 @@ class JoinableQueue(_ByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  #
     def _enqueue(self, item: bytes) -> None:
         with self._notempty, self._cond:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
-                self._start_thread()
+                self._start_thread()  # type: ignore[attr-defined]
             self._unfinished_tasks.release()  # type: ignore[attr-defined]
-            self._buffer.append(item)  # type: ignore[attr-defined]
+            self._buffer.append(_pickling.Pickled(item))  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
 
