@@ -41,17 +41,25 @@ def external(qualname: str) -> bool:
     return qualname.split(".")[0] in EXTERNAL
 
 
-def aliases(tree: ast.Module) -> Dict[str, str]:
-    """Each name a module binds by an absolute import -> what it names (``mp_util`` -> ``multiprocessing.util``)."""
+def aliases(tree: ast.Module, package: str = "") -> Dict[str, str]:
+    """Each name a module of ``package`` binds by an import -> what it names (``mp_util`` ->
+    ``multiprocessing.util``, ``_connection`` -> ``nbmp._backend.connection``)."""
     bound: Dict[str, str] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
                 bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1]) if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
             for a in node.names:
-                bound[a.asname or a.name] = f"{node.module}.{a.name}"
+                bound[a.asname or a.name] = f"{module}.{a.name}"
     return bound
+
+
+def package_of(path: pathlib.Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts if parts[-1] == "__init__" else parts[:-1]).removesuffix(".__init__")
 
 
 def dotted(node: ast.expr, bound: Dict[str, str]) -> Optional[str]:
@@ -96,10 +104,10 @@ def defined_privates(source: str) -> Set[str]:
     return names
 
 
-def own_privates(source: str) -> Set[str]:
+def own_privates(path: pathlib.Path) -> Set[str]:
     """The private names that nbmp's own classes (those not derived from a standard one) define."""
-    tree = ast.parse(source)
-    bound = aliases(tree)
+    tree = ast.parse(path.read_text())
+    bound = aliases(tree, package_of(path))
     names: Set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and not base_privates(node, bound, tree):
@@ -123,9 +131,12 @@ def base_privates(classdef: ast.ClassDef, bound: Dict[str, str], tree: ast.Modul
              and any(isinstance(b, ast.Name) and b.id == classdef.name for b in c.bases) for b in c.bases]
     for base in [*classdef.bases, *mixed]:
         qualname = dotted(base, bound)
-        if qualname is None or not external(qualname):
+        if qualname is None or qualname.split(".")[0] in ("typing", "abc"):
+            continue  # Generic[T], ABC: no private state of theirs is relied on
+        try:
+            klass = resolve(qualname)
+        except (ImportError, AttributeError):  # a class defined later in the same module
             continue
-        klass = resolve(qualname)
         for klass in inspect.getmro(klass) if isinstance(klass, type) else ():  # typing.NamedTuple is a function
             if external(klass.__module__):
                 names |= {n for n in vars(klass) if private(n)}
@@ -138,7 +149,7 @@ def base_privates(classdef: ast.ClassDef, bound: Dict[str, str], tree: ast.Modul
 
 def uses(path: pathlib.Path, stdlib_privates: Set[str], own: Set[str]) -> Iterator[Tuple[int, str]]:
     tree = ast.parse(path.read_text())
-    bound = aliases(tree)
+    bound = aliases(tree, package_of(path))
     yield from _imports(tree)
     seen: Set[int] = set()  # attribute nodes already told (inside a class derived from a standard one)
     for node in ast.walk(tree):
@@ -216,10 +227,11 @@ def stdlib_private_names(paths: List[pathlib.Path]) -> Set[str]:
 
 
 def main() -> int:
+    sys.path.insert(0, str(ROOT.parent))  # the nbmp being read, whatever is installed
     paths = sorted(ROOT.rglob("*.py"))
     own: Set[str] = set()
     for path in paths:
-        own |= own_privates(path.read_text())
+        own |= own_privates(path)
     stdlib_privates = stdlib_private_names(paths)
     found = sorted({(str(path.relative_to(ROOT.parent)), line, name)
                     for path in paths for line, name in uses(path, stdlib_privates, own)})
