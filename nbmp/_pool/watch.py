@@ -42,7 +42,6 @@ from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
 from .frames import FrameReader, StreamCut
-from .sending import plain_task_bytes
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
@@ -346,8 +345,8 @@ class Watch:
 
     def sender(self, connection: Any) -> Callable[[Any], None]:
         """The task queue's ``send`` on ``connection``: remember the tickets each task carries
-        until its result; a map's plain task skips nbmp's pickler (``plain_task_bytes``)."""
-        send, send_bytes = connection.send, connection.send_bytes
+        until its result."""
+        send = connection.send
 
         def put(task: Any) -> None:
             if task is not None:
@@ -357,11 +356,7 @@ class Watch:
                         call.done()
                     return
             with _pickling.collecting_single_use() as releases, _pickling.sending_to(self.inherited):
-                data = plain_task_bytes(task)
-                if data is None:
-                    send(task)
-                else:
-                    send_bytes(data)
+                send(task)
             if releases and task is not None:
                 self.unread[(task[0], task[1])] = releases
         return put
