@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 ISSUES = "https://github.com/nbmp-dev/nbmp/issues"  # where an error that is nbmp's own bug asks to be reported
 
-__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for",
+__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for", "name_of",
            "tree", "join_tree"]
 
 
@@ -52,6 +52,11 @@ def format_bytes(n: Optional[float]) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} TiB"
+
+
+def name_of(fn: Any) -> str:
+    """How a run names its function: ``train``, ``Model.step``, or the callable's type."""
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)
 
 
 def signal_name(signum: int) -> str:

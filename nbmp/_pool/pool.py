@@ -258,7 +258,7 @@ class Pool(_stdpool.Pool):
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any], mapper: Callable[..., Any],
                    chunksize: Optional[int] = None, callback: Optional[Callable[..., Any]] = None,
                    error_callback: Optional[Callable[..., Any]] = None) -> _stdpool.MapResult[Any]:
-        _check_func(func)
+        _checks.function(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.map(f, range(10))")
         if not hasattr(iterable, "__len__"):
@@ -278,7 +278,7 @@ class Pool(_stdpool.Pool):
                     callback: Optional[Callable[..., Any]] = None,
                     error_callback: Optional[Callable[..., Any]] = None) -> Any:
         """Like the stdlib's; a dead worker makes ``get()`` raise :class:`nbmp.WorkerLostError`."""
-        _check_func(func)
+        _checks.function(func)
         args = _checks.arguments(args, "args", "pool.apply_async(f, args=(x,))")
         _checks.keywords(kwds, "kwds")
         result = super().apply_async(func, args, kwds, callback, error_callback)
@@ -287,14 +287,14 @@ class Pool(_stdpool.Pool):
 
     def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
-        _check_func(func)
+        _checks.function(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.imap(f, range(10))")
         return sliced(super().imap(Prepickled(func), iterable, chunksize))  # type: ignore[arg-type]  # unpickles as func in the worker
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
-        _check_func(func)
+        _checks.function(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.imap_unordered(f, range(10))")
         return sliced(super().imap_unordered(Prepickled(func), iterable, chunksize))  # type: ignore[arg-type]  # unpickles as func in the worker
@@ -497,11 +497,6 @@ def _task_ran(run_id: int, i: int, obj: Any, arrived: float, chunksize: int, tot
     return None
 
 
-def _check_func(func: Any, name: str = "func", example: str = "pool.map(f, items)") -> None:
-    if not callable(func):
-        raise TypeError(f"{name} must be callable, not {func!r}: pass the function itself, e.g. {example}")
-
-
 _DEFAULTS = {"processes": ("nbmp.Pool(4)", "one per core"), "workers": ("workers=4", "up to one per core"),
              "chunksize": ("chunksize=16", "chosen from the length")}
 
@@ -529,7 +524,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     cluster_backend = _plugin("cluster")  # ``cluster``: see nbmp.spawn
     if cluster_backend is not None and cluster_backend.wanted(cluster):
         return cluster_backend.parallel_map(fn, iterable, workers, progress, chunksize, start_method, cluster=cluster)  # type: ignore[no-any-return]
-    _check_func(fn, "fn", "nbmp.parallel_map(f, items)")
+    _checks.function(fn, "fn", "nbmp.parallel_map(f, items)")
     if workers is not None:
         workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)
     _check_processes(chunksize, "chunksize")

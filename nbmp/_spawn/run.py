@@ -30,6 +30,7 @@ from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
+from .._base import util as _util
 from .._base.exceptions import raised_at_caller
 from .output import StreamPrinter
 from .args import check_arguments, check_grace_period
@@ -224,7 +225,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     board = make_dashboard(dashboard, stop=stop)  # validates ``dashboard`` before anything starts
     run_id = new_run_id()
     events = _broadcast(output, [*sinks, board])
-    started = RunStarted(run_id, _name_of(fn), ctx.get_start_method(), nprocs)
+    started = RunStarted(run_id, _util.name_of(fn), ctx.get_start_method(), nprocs)
     events.handle(started)
     process_context: Optional[ProcessContext] = None
     try:
@@ -297,8 +298,6 @@ def _broadcast(output: str, sinks: Sequence[EventSink]) -> Broadcast:
     return Broadcast(printers + list(sinks))
 
 
-def _name_of(fn: Callable[..., Any]) -> str:
-    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)
 
 
 def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
