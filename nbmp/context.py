@@ -9,12 +9,6 @@ helpers are the standard ones: nbmp starts children through the standard popen c
 Note the name clash with ``torch.multiprocessing``: ``nbmp.SpawnContext`` (top level)
 is torch's alias for :class:`nbmp.ProcessContext`; ``nbmp.context.SpawnContext`` is
 the context of the ``"spawn"`` start method, as in ``multiprocessing.context``.
-
-Example::
-
-    >>> from nbmp.context import SpawnContext
-    >>> SpawnContext().get_start_method()
-    'spawn'
 """
 
 from multiprocessing.context import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)

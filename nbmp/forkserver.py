@@ -2,10 +2,6 @@
 started by it, with nbmp preloaded).
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.forkserver import set_forkserver_preload
 """
 
 from multiprocessing.forkserver import *  # noqa: F401,F403  (its names, for type checkers)

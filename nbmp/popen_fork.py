@@ -2,10 +2,6 @@
 ``nbmp._backend.popen_fork``).
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.popen_fork import Popen
 """
 
 from multiprocessing.popen_fork import *  # noqa: F401,F403  (its names, for type checkers)

@@ -1,10 +1,6 @@
 """``multiprocessing.popen_forkserver``, mirrored: the standard ``Popen`` for forkserver.
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.popen_forkserver import Popen
 """
 
 from multiprocessing.popen_forkserver import *  # noqa: F401,F403  (its names, for type checkers)

@@ -1,10 +1,6 @@
 """``multiprocessing.popen_spawn_posix``, mirrored: the standard ``Popen`` for spawn on POSIX.
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.popen_spawn_posix import Popen
 """
 
 from multiprocessing.popen_spawn_posix import *  # noqa: F401,F403  (its names, for type checkers)

@@ -2,10 +2,6 @@
 imports on Windows only, as the standard one).
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.popen_spawn_win32 import Popen  # on Windows
 """
 
 from ._base.util import stand_for as _stand_for

@@ -3,12 +3,6 @@
 nbmp's process classes subclass the standard ``BaseProcess``, so ``current_process``,
 ``active_children`` and ``parent_process`` are the standard functions and see nbmp's
 children and the standard module's alike.
-
-Example::
-
-    >>> from nbmp.process import current_process
-    >>> current_process().name
-    'MainProcess'
 """
 
 from multiprocessing.process import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)

@@ -2,10 +2,6 @@
 tensors hand their descriptors over through it).
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.resource_sharer import DupFd
 """
 
 from multiprocessing.resource_sharer import *  # noqa: F401,F403  (its names, for type checkers)

@@ -2,10 +2,6 @@
 semaphores and segments are registered with it).
 
 The standard module itself (see ``nbmp._base.util.stand_for``).
-
-Example::
-
-    >>> from nbmp.resource_tracker import ensure_running
 """
 
 from multiprocessing.resource_tracker import *  # noqa: F401,F403  (its names, for type checkers)

@@ -7,12 +7,6 @@ forkserver: a lock made by a ``fork`` context cannot be sent to a spawned child 
 standard library refuses it), so after ``nbmp.set_start_method("spawn")`` a
 ``nbmp.sharedctypes.Value`` goes to ``nbmp.Process`` children as the standard pair does.
 ``RawValue``, ``RawArray`` and ``copy`` need no context and are the standard ones.
-
-Example::
-
-    >>> from nbmp.sharedctypes import Value
-    >>> v = Value("i", 0)
-    >>> with v.get_lock(): v.value += 1
 """
 
 from __future__ import annotations

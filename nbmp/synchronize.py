@@ -3,12 +3,6 @@
 The standard classes: each takes the context it belongs to as ``ctx=`` (as the
 standard module requires), so nothing here needs nbmp's default; ``nbmp.Lock()`` and
 the other top-level factories pass nbmp's default context.
-
-Example::
-
-    >>> import nbmp
-    >>> from nbmp.synchronize import Lock
-    >>> with Lock(ctx=nbmp.get_context()): pass
 """
 
 from multiprocessing.synchronize import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)

@@ -3,12 +3,6 @@
 ``register_after_fork``, ``Finalize`` and the loggers keep module-level state that
 nbmp's processes share with the standard module's (an nbmp fork child runs the
 standard after-fork callbacks), so these are the standard objects, not copies.
-
-Example::
-
-    >>> from nbmp.util import register_after_fork, get_logger
-    >>> get_logger().name
-    'multiprocessing'
 """
 
 from multiprocessing.util import (  # type: ignore[attr-defined]  # typeshed omits some runtime names  # noqa: F401  (the mirror of the standard module)

@@ -281,26 +281,6 @@ def test_a_manager_asked_for_the_standard_pickler_refuses_a_lambda_as_the_standa
             d["f"] = lambda: 1
 
 
-def test_a_map_task_with_its_function_reduced_and_a_plain_chunk_skips_the_pickler_with_the_same_bytes():
-    import pickle
-    from multiprocessing.pool import mapstar, starmapstar
-    from nbmp._backend import pickling
-    from nbmp._pool.sending import Prepickled, plain_task_bytes
-    func = Prepickled(abs)
-    first = (1, 0, mapstar, (func, (1, -2)), {})
-    assert plain_task_bytes(first) is None  # its function not reduced yet: nbmp's pickler reduces it
-    assert pickle.loads(pickling.dumps(first))[3][0] is abs
-    for task in [first, (1, 1, starmapstar, (func, ((1, 2), (3, "x"))), {})]:
-        data = plain_task_bytes(task)
-        assert data is not None and data == pickling.dumps(task)
-        job, i, mapper, (loaded, chunk), kwds = pickle.loads(data)
-        assert (job, i, mapper, loaded, chunk, kwds) == (*task[:3], abs, task[3][1], {})
-    for not_plain in [(1, 0, mapstar, (func, (object(),)), {}), (1, 0, mapstar, (func, tuple(range(17))), {}),
-                      (1, 0, abs, (func, (1,)), {}), (1, 0, mapstar, (abs, (1,)), {}), None, "task",
-                      (1, 0, mapstar, (func, (1,)), {"k": 1})]:
-        assert plain_task_bytes(not_plain) is None, not_plain
-
-
 def test_plain_values_skip_the_pickler_and_load_back_the_same():
     import pickle
     from nbmp._backend import pickling

@@ -2,6 +2,7 @@
 the parent-side sampler against real worker processes."""
 
 import io
+import sys
 import threading
 import time
 
@@ -83,9 +84,9 @@ def test_bad_dashboard_values_say_what_is_accepted():
 
 
 def test_automatic_choice_is_text_outside_a_kernel_and_widget_inside(monkeypatch):
-    monkeypatch.setattr(_choice, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(sys, "stderr", TTY())
     assert resolve_frontend(None) == "text"
-    monkeypatch.setattr(_choice, "_stderr_is_terminal", lambda: False)
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
     assert resolve_frontend(None) == "off"  # piped or logged: no status lines
     assert resolve_frontend("text") == "text"
     monkeypatch.setattr(_choice, "_in_kernel", lambda: True)
@@ -376,7 +377,7 @@ def test_widget_request_without_ipywidgets_names_the_extra(monkeypatch):
     monkeypatch.setattr(_choice, "_widgets_importable", lambda: False)
     with pytest.raises(ImportError, match=r"pip install 'nbmp\[notebook\]'"):
         resolve_frontend("widget")
-    monkeypatch.setattr(_choice, "_stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(sys, "stderr", TTY())
     assert resolve_frontend(None) == "text"
 
 

@@ -149,12 +149,12 @@ def test_a_wrong_maxtasksperchild_type_is_the_standard_value_error_and_nbmp_type
         nbmp.Pool(3, maxtasksperchild=0)
 
 
-# -- Queue.put writes a small item itself when nothing waits in the buffer ------------------
+# -- a Queue keeps each producer's items whole and in order ------------------------------------
 
 
 def _mixed_producer(q, n, big):
     for i in range(n):
-        q.put((i, big if i % 3 == 0 else b""))  # big items go through the feeder, small ones may not
+        q.put((i, big if i % 3 == 0 else b""))
     q.close()
     q.join_thread()
 
@@ -236,7 +236,7 @@ class _SlowToTakeLock:
 def test_a_small_item_never_overtakes_one_the_feeder_is_about_to_send():
     q = nbmp.Queue()
     q._wlock = _SlowToTakeLock(q._wlock)  # before the first put starts the feeder with it
-    big = b"x" * 10_000  # too big to be written by put: the feeder sends it
+    big = b"x" * 10_000
     q.put(big)
     time.sleep(0.05)  # the feeder has taken it out of the buffer's reach and waits for the lock
     q.put("small")

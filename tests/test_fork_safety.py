@@ -404,7 +404,7 @@ def child(q, k):
     x = np.random.rand(100, 100); x @ x
     if torch is not None:
         y = torch.randn(100, 100); (y @ y).sum()
-    q.put(lambda: k)                                  # nbmp pickling in the feeder thread
+    q.put(lambda: k)                                  # nbmp pickling, and a feeder thread
 with warnings.catch_warnings(record=True) as caught:
     for k in range(200):
         p = nbmp.get_context("fork").Process(target=child, args=(q, k))

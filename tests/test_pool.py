@@ -1040,7 +1040,7 @@ def test_a_result_lock_freed_by_another_thread_first_is_no_error_at_a_terminate(
     try:
         outqueue = _Queue(_wlock=_FreedMeanwhile())
         inqueue = _Queue(_reader=None)  # not read: the task thread has ended
-        _unblock_threads(inqueue, outqueue, [_DeadWorker(r)], ended, ended, ended)
+        _unblock_threads(inqueue, outqueue, None, [_DeadWorker(r)], ended, ended, ended)
     finally:
         os.close(r)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import select
 from multiprocessing import connection, reduction
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 from . import pickling as _pickling, posix as _posix
 
@@ -20,31 +20,24 @@ __all__ = ["Connection", "Pipe", "Listener", "Client"]
 class Connection(connection.Connection):
     """A :class:`multiprocessing.connection.Connection` whose ``send`` uses cloudpickle."""
 
-    if TYPE_CHECKING:  # the stdlib's private methods that send() uses (typeshed omits them)
-        def _check_closed(self) -> None: ...
-        def _check_writable(self) -> None: ...
-        def _send_bytes(self, buf: bytes) -> None: ...
-        def _check_readable(self) -> None: ...
-        def _recv_bytes(self, maxsize: Any = None) -> Any: ...
-
     def send(self, obj: Any) -> None:
         """Send ``obj``, pickled by nbmp, to the other end.
 
         An object that carries shared-memory tickets (a shared array) is written whole
         once its bytes start going out (an interrupt meanwhile is raised after), or,
         interrupted before, gives its tickets back: nobody will load a message never sent."""
-        self._check_closed()
-        self._check_writable()
+        if not self.writable:  # a closed end is refused by fileno() and send_bytes()
+            raise OSError("connection is read-only")
         written = False
         with _pickling.collecting_single_use() as handed_out:
             try:
                 data = _pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process")
                 if not handed_out:
-                    self._send_bytes(data)
+                    self.send_bytes(data)
                     return
                 _posix.ready(self.fileno(), None, select.POLLOUT)  # waiting for room stays interruptible
                 with _posix.interrupts_deferred():
-                    self._send_bytes(data)
+                    self.send_bytes(data)
                     written = True
             except BaseException:
                 if not written:
@@ -58,18 +51,11 @@ class Connection(connection.Connection):
         raised after: a message half read would leave the rest to be read as the next one,
         and one read but not loaded would keep the shared arrays it carries until the
         program ends."""
-        self._check_closed()
-        self._check_readable()
+        if not self.readable:  # a closed end is refused by fileno()
+            raise OSError("connection is write-only")
         _posix.ready(self.fileno(), None)
         with _posix.interrupts_deferred():
-            view = self._recv_bytes().getbuffer()
-            try:
-                return _pickling.loads_whole(view)
-            finally:
-                # Let the buffer go now: if the load raised, the traceback's frames keep the view,
-                # and a garbage cycle through them made the BytesIO's finalizer fail to close it
-                # ("BufferError: Existing exports of data", printed as an ignored exception).
-                view.release()
+            return _pickling.loads_whole(self.recv_bytes())
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:

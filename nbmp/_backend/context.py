@@ -173,7 +173,7 @@ class DefaultProcess(_process._NbmpProcess):
                  args: Any = (), kwargs: Any = {}, *, daemon: Optional[bool] = None) -> None:
         super().__init__(group, target, name, args, kwargs, daemon=daemon)
         if not name:  # named as multiprocessing.Process names its own (logging's %(processName)s shows it)
-            self._name = "Process-" + ":".join(str(i) for i in self._identity)
+            self.name = "Process-" + self.name.partition("-")[2]
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
@@ -188,13 +188,11 @@ class DefaultContext(context.DefaultContext, BaseContext):
     """nbmp's default context: the stdlib's semantics, nbmp's contexts, fork first."""
 
     Process = DefaultProcess  # type: ignore[assignment]  # nbmp's process classes subclass BaseProcess, not the stdlib's Process
-    _default_context: BaseContext  # set by the stdlib's __init__; typeshed omits it
-    _actual_context: Optional[BaseContext]  # likewise
 
     def set_start_method(self, method: Optional[str], force: bool = False) -> None:
         """Set nbmp's default start method (once, like the stdlib; ``force=True`` to change it)."""
-        if self._actual_context is not None and not force:
-            current = self._actual_context._name
+        current = self.get_start_method(allow_none=True)
+        if current is not None and not force:
             fixed = (f"context has already been set: nbmp's start method is {current!r} (set by an earlier "
                      f"set_start_method or by the first object made with the default method), and "
                      f"set_start_method may be called once")
@@ -211,7 +209,7 @@ class DefaultContext(context.DefaultContext, BaseContext):
 
     def get_all_start_methods(self) -> list[str]:
         """Return the start methods this platform supports, nbmp's default first."""
-        default = self._default_context._name
+        default = _first_method()
         return [default] + [name for name in _concrete_contexts if name != default]
 
 
@@ -256,11 +254,6 @@ def workers_context(ctx: Any) -> Any:
     """What a manager starts its server from, and an executor its workers: ``ctx`` (default:
     nbmp's default context), its processes workers if it is an nbmp context. A standard
     context, passed on purpose, starts standard processes.
-
-    Example::
-
-        >>> workers_context(None).Process(target=print).launch.worker
-        True
     """
     ctx = ctx or default_context.get_context()
     return _WorkersContext(ctx) if isinstance(ctx, BaseContext) else ctx

@@ -57,12 +57,6 @@ class MainObjects:
     since, to an older or newer definition, goes by value again).
 
     Only weak references are kept: a redefined function is freed as usual.
-
-    Example::
-
-        >>> inherited = MainObjects()
-        >>> inherited.record()          # in the parent, just before each worker's fork
-        >>> inherited.holds(some_func)  # True: the workers have it as __main__.some_func
     """
 
     __slots__ = ("_refs", "_key", "_codes", "__weakref__")
@@ -274,10 +268,6 @@ def _value(reference: Any) -> Any:
 class Initializer:
     """A Pool's (or executor's) initializer, run so that the ``__main__`` names it binds
     stay the worker's: a task's copy of the parent's value does not replace them.
-
-    Example::
-
-        >>> nbmp.Pool(4, initializer=load_model)  # wrapped as Initializer(load_model)
     """
 
     __slots__ = ("initializer",)

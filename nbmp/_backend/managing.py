@@ -11,11 +11,6 @@
   standard server would live on, holding every object and shared array stored in it.
 * :class:`StartsFromNbmp`, the mixin of nbmp's manager classes: that serializer and that
   context by default, and no server left running by an interrupted start or shutdown.
-
-Example::
-
-    >>> class MyManager(StartsFromNbmp, multiprocessing.managers.BaseManager):
-    ...     _Server = Server
 """
 
 from __future__ import annotations
@@ -73,12 +68,12 @@ class _ProxyConnection(connection.Connection):
             self._settle()
         posix.ready(self.fileno(), None, select.POLLOUT)
         with posix.interrupts_deferred():
-            super()._send_bytes(buf)
+            super()._send_bytes(buf)  # type: ignore[misc]  # stdlib private: typeshed omits it
             self._owed = True
 
     def _recv_bytes(self, maxsize: Any = None) -> Any:
         # Under every receive (read whole, with interrupts deferred: see Connection.recv).
-        buf = super()._recv_bytes(maxsize)
+        buf = super()._recv_bytes(maxsize)  # type: ignore[misc]  # as above
         self._owed = False
         return buf
 
@@ -245,7 +240,7 @@ class StartsFromNbmp:
 
 
 def _stop(process: Any) -> None:
-    if getattr(process, "_popen", None) is None:  # never started
+    if process.pid is None:  # never started
         return
     with posix.interrupts_deferred():
         process.terminate()  # SIGTERM: the server ignores SIGINT

@@ -39,7 +39,7 @@ import cloudpickle
 from .._base.exceptions import NbmpError
 from . import main_module as _main_module, posix as _posix
 
-__all__ = ["PicklingError", "dumps", "dumps_plain", "plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
+__all__ = ["PicklingError", "Pickled", "dumps", "dumps_plain", "plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
            "collecting_single_use", "sending_to", "receivers_inherited", "register_reducer", "register_framework_reducers", "refused_by_pickler",
            "add_location_note", "Refusal"]
 
@@ -51,6 +51,20 @@ Reducer = Callable[[Any], Tuple[Any, ...]]
 PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError, NotImplementedError, RuntimeError)
 
 loads = pickle.loads
+
+
+class Pickled:
+    """An object nbmp pickled already, handed to a channel that pickles with the standard
+    pickler (a Queue's feeder thread, the executor's call queue): it travels as its bytes,
+    and loading it loads the object, where the channel loads its items."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def __reduce__(self) -> Any:
+        return loads, (self.data,)
 
 
 class PicklingError(NbmpError, pickle.PicklingError, TypeError):
@@ -421,11 +435,6 @@ class sending_to:
     receiver with its own globals. Everything else is pickled as usual.
 
     A class, not a generator: it is on every Pool task's path.
-
-    Example::
-
-        >>> with sending_to(pool_workers_inherited):
-        ...     data = dumps(task)
     """
 
     __slots__ = ("inherited", "previous")

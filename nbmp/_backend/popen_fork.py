@@ -76,12 +76,6 @@ def fork_round() -> Iterator[None]:
     Each fork after the first would otherwise re-run the handlers and re-fault, page by
     page, all they touch (the previous child shares those pages). Keep the block to the
     starts themselves: nbmp's threads and logging wait for it to end.
-
-    Example::
-
-        >>> with fork_round():
-        ...     for p in processes:
-        ...         p.start()
     """
     if _round.open:  # nested: the outer round runs the handlers
         yield
@@ -133,7 +127,9 @@ class Popen(PeakMemory, popen_fork.Popen):
         # As the standard Popen's, but a round flushes sys.stdout and sys.stderr once, before
         # its first fork (in a kernel each flush waits for ipykernel's IOPub thread).
         if not _round.quiesced:
-            util._flush_std_streams()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+            for stream in (sys.stdout, sys.stderr):  # as the standard Popen: a missing or closed one is no error
+                with contextlib.suppress(AttributeError, ValueError):
+                    stream.flush()
         self.returncode = None
         self.finalizer = None
         self._launch(process_obj)

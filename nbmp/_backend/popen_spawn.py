@@ -57,11 +57,6 @@ except (EOFError, __import__("pickle").UnpicklingError):
 def command_line(parent: int, **arguments: Any) -> List[str]:
     """The child's command line: the standard one's interpreter and flags, nbmp's entry
     (the standard one for a frozen program, whose executable is its own entry).
-
-    Example::
-
-        >>> command_line(os.getpid(), tracker_fd=5, pipe_handle=7)[-1]
-        '--multiprocessing-fork'
     """
     if getattr(sys, "frozen", False):
         return list(spawn.get_command_line(**arguments))

@@ -115,11 +115,6 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
 def resident_bytes(pid: "int | str" = "self") -> Optional[int]:
     """The resident memory of process ``pid`` (default: this one) in bytes, from /proc; None
     where it cannot be read (gone, not Linux).
-
-    Example::
-
-        >>> resident_bytes() > 0
-        True
     """
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
@@ -318,12 +313,6 @@ def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> boo
     seconds (None: wait); interruptible.
 
     One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs.
-
-    Example::
-
-        >>> r, w = os.pipe()
-        >>> ready(r, 0), ready(w, 0, select.POLLOUT)
-        (False, True)
     """
     poller = select.poll()
     poller.register(fd, events)
@@ -357,13 +346,6 @@ class WakeUp:
     watches) wakes up; :meth:`clear` empties it again. Setting is never blocked (a full pipe
     is already set) and is a no-op once :meth:`close` ran, which may come from another
     thread at any moment (closed under a lock: a write never lands on a reused number).
-
-    Example::
-
-        >>> wake = WakeUp()
-        >>> wake.set(); select.select([wake], [], [], 0)[0] == [wake]
-        True
-        >>> wake.clear(); wake.close()
     """
 
     def __init__(self) -> None:

@@ -7,8 +7,8 @@ What differs from ``multiprocessing.queues``:
   the connections directly) gets cloudpickle for tasks and results for free.
 * ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib
   pickles in the feeder thread, where a failure is printed and the item lost);
-  their feeder thread (``feeder.py``) sends the bytes as they are, and ``get``
-  loads them once. As with torch's and loky's queues, the object is captured as
+  the standard feeder thread sends the bytes (``pickling.Pickled``), and ``get``
+  loads the item. As with torch's and loky's queues, the object is captured as
   it is at ``put``. ``get`` holds an interrupt from the moment the bytes are read
   until the item is loaded, and ``put`` while it hands the bytes to the feeder: an
   item carrying shared-memory tickets is either queued and loaded whole, or its
@@ -29,7 +29,7 @@ from queue import Empty, Full
 from typing import TYPE_CHECKING, Any, Optional
 
 from .. import _forking
-from . import connection as _connection, feeder as _feeder, pickling as _pickling, posix as _posix
+from . import connection as _connection, pickling as _pickling, posix as _posix
 
 if TYPE_CHECKING:
     from multiprocessing import connection, synchronize
@@ -37,37 +37,6 @@ if TYPE_CHECKING:
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 
 _PICKLING = _forking.ForkLock("queue pickling")
-
-
-# The largest item ``put`` writes itself: a write of at most PIPE_BUF bytes (with the message's
-# 4-byte header) to a pipe that poll() says is writable neither blocks nor mixes with another's.
-_DIRECT_MAX = select.PIPE_BUF - 4
-
-
-def _sent_now(queue: Any, item: bytes) -> bool:
-    """Write a small ``item`` to the Queue's pipe now, if that cannot block; False: the feeder
-    thread is to send it. Called with the Queue's ``_notempty`` held and its buffer empty: the
-    feeder leaves an item in the buffer until it is written, so nothing put before is unsent.
-
-    Waking the feeder costs a switch to another thread (tens of µs on a busy machine: most of
-    what a shared array's round trip added to its floor); the feeder still sends what does not
-    fit, what waits behind something, and reports send errors its way (the item is queued)."""
-    if len(item) > _DIRECT_MAX:
-        return False
-    wlock = queue._wlock
-    if wlock is not None and not wlock.acquire(False):
-        return False  # another process is writing: the feeder waits for it
-    try:
-        if not _posix.ready(queue._writer.fileno(), 0, select.POLLOUT):
-            return False
-        try:
-            queue._send_bytes(item)
-        except OSError:  # nothing was written (at most PIPE_BUF bytes: all or nothing)
-            return False
-        return True
-    finally:
-        if wlock is not None:
-            wlock.release()
 
 
 class _ByNbmp:
@@ -129,16 +98,11 @@ class _ByNbmp:
                         release()
                 raise
 
-    def _start_thread(self) -> None:
-        _feeder.start(self)  # a feeder that sends the bytes put made, not pickling them again
-
     def _enqueue(self, item: bytes) -> None:
         with self._notempty:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
-                self._start_thread()
-            if not self._buffer and _sent_now(self, item):  # type: ignore[attr-defined]
-                return
-            self._buffer.append(item)  # type: ignore[attr-defined]
+                self._start_thread()  # type: ignore[attr-defined]
+            self._buffer.append(_pickling.Pickled(item))  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
 
@@ -152,11 +116,9 @@ class JoinableQueue(_ByNbmp, queues.JoinableQueue):  # type: ignore[type-arg]  #
     def _enqueue(self, item: bytes) -> None:
         with self._notempty, self._cond:  # type: ignore[attr-defined]  # stdlib private, as all below
             if self._thread is None:  # type: ignore[attr-defined]
-                self._start_thread()
+                self._start_thread()  # type: ignore[attr-defined]
             self._unfinished_tasks.release()  # type: ignore[attr-defined]
-            if not self._buffer and _sent_now(self, item):  # type: ignore[attr-defined]
-                return
-            self._buffer.append(item)  # type: ignore[attr-defined]
+            self._buffer.append(_pickling.Pickled(item))  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
 
 

@@ -147,6 +147,11 @@ def arguments(value: Any, name: str, example: str) -> Tuple[Any, ...]:
     return tuple(value)
 
 
+def function(value: Any, name: str = "func", example: str = "pool.map(f, items)") -> None:
+    if not callable(value):
+        raise TypeError(f"{name} must be callable, not {value!r}: pass the function itself, e.g. {example}")
+
+
 def keywords(value: Any, name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a dict of keyword arguments, not {type(value).__name__} {value!r}; "

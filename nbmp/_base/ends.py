@@ -50,11 +50,6 @@ def how_it_ended(exitcode: int) -> str:
 
 def likely_cause(exitcode: int, stopped: str = "", rss: Optional[int] = None) -> Optional[str]:
     """What probably ended a worker, as a sentence fragment; None for a clean exit (code 0).
-
-    Example::
-
-        >>> likely_cause(-9, rss=3 << 30)
-        'often the out-of-memory killer (see `dmesg` or `journalctl -k`), or `kill -9`; its resident memory was 3.0 GiB'
     """
     if stopped:
         cause = STOP_REASONS.get(stopped, f"stopped by nbmp ({stopped})")

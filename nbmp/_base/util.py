@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 
 ISSUES = "https://github.com/nbmp-dev/nbmp/issues"  # where an error that is nbmp's own bug asks to be reported
 
-__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for",
+__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for", "name_of",
            "tree", "join_tree"]
 
 
@@ -54,6 +54,11 @@ def format_bytes(n: Optional[float]) -> str:
     return f"{value:.1f} TiB"
 
 
+def name_of(fn: Any) -> str:
+    """How a run names its function: ``train``, ``Model.step``, or the callable's type."""
+    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)
+
+
 def signal_name(signum: int) -> str:
     """``SIGKILL`` for 9, ``SIGRTMIN+1`` for a real-time signal, ``signal N`` for a number no
     signal has (``-Process.exitcode`` of a process killed by a signal)."""
@@ -68,11 +73,6 @@ def display_kind(stream: Any) -> Optional[str]:
     """Who watches ``stream``: ``"terminal"`` (a tty: a line can be redrawn in place, and
     lines above it with ANSI cursor moves), ``"notebook"`` (a Jupyter kernel's stream: a
     carriage return redraws the last line, nothing more), or None (a file, a pipe, a log).
-
-    Example::
-
-        >>> display_kind(io.StringIO()) is None
-        True
     """
     try:
         if stream.isatty():
@@ -107,10 +107,6 @@ def falls_back_to(namespace: Dict[str, Any], standard_name: str) -> Callable[[st
     The standard module is imported by name (``import multiprocessing.pool`` would read the
     package's attribute, and a program may have put nbmp in the package's place) and kept in
     the mirror's ``namespace`` as ``_standard``, where nbmp's pickler finds it.
-
-    Example::
-
-        __getattr__ = falls_back_to(globals(), "multiprocessing.pool")  # in nbmp/pool.py
     """
     standard = namespace["_standard"] = importlib.import_module(standard_name)
     mirror_name = namespace["__name__"]
@@ -133,9 +129,5 @@ def stand_for(mirror_name: str, standard_name: str) -> None:
     mirror's code has run. The standard module is imported by name, not with
     ``import multiprocessing.util``, which reads the package's attribute: a program may have
     put nbmp in the package's place.
-
-    Example::
-
-        stand_for(__name__, "multiprocessing.util")  # the last line of nbmp/util.py
     """
     sys.modules[mirror_name] = importlib.import_module(standard_name)

@@ -96,7 +96,7 @@ class ClusterPool:
                     error_callback: Optional[Callable[..., Any]] = None) -> "ClusterResult":
         """``func(*args, **kwds)`` on a worker; ``.get()`` raises ``WorkerLostError`` if that worker dies."""
         self._check_running()
-        _check_func(func)
+        _checks.function(func)
         args = _checks.arguments(args, "args", "pool.apply_async(f, args=(x,))")
         _checks.keywords(kwds, "kwds")
         pickled = _by_value(func)
@@ -137,7 +137,7 @@ class ClusterPool:
     def _start(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int],
                star: bool) -> "_Run":
         self._check_running()
-        _check_func(func)
+        _checks.function(func)
         _checks.items(iterable, "iterable", "pool.map(f, range(10))")
         items = list(iterable)
         if chunksize is not None:
@@ -302,11 +302,6 @@ def _by_value(func: Any) -> bytes:
         return _pickling.dumps_plain(func)
     except Exception as exc:
         raise _pickling.unpicklable(exc, {"func": func}, "send it to the Dask cluster") from exc
-
-
-def _check_func(func: Any) -> None:
-    if not callable(func):
-        raise TypeError(f"func must be callable, not {func!r}: pass the function itself, e.g. pool.map(f, items)")
 
 
 def parallel_map_on_cluster(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Optional[int] = None,

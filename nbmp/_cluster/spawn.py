@@ -19,7 +19,7 @@ from .._backend import cells as _cells, pickling as _pickling
 from .._backend.posix import INTERRUPT_SLICE
 from .._base import (Broadcast, EventSink, ProcessException, ProcessExitedException, ProcessRaisedException,
                      RunFinished, RunStarted, WorkerExited, WorkerOutput, WorkerRaised, WorkerStarted, WorkerStats,
-                     exited_error, new_run_id, raised_message, stopped_error)
+                     exited_error, new_run_id, raised_message, stopped_error, util as _util)
 from .._forking import registry as _registry
 from .._spawn.args import check_arguments
 from .._spawn.output import StreamPrinter
@@ -137,7 +137,7 @@ class _Watch:
     # -- from the caller's thread -------------------------------------------------------------
 
     def start(self) -> None:
-        started = RunStarted(self.run_id, _name_of(self.fn), "dask", self.nprocs)
+        started = RunStarted(self.run_id, _util.name_of(self.fn), "dask", self.nprocs)
         self.events.handle(started)
         inbox = Inbox(self.client, topic_of(self.key), self.addresses)
         try:
@@ -329,5 +329,3 @@ def _dumps_or_none(exc: BaseException) -> Optional[bytes]:
         return None
 
 
-def _name_of(fn: Callable[..., Any]) -> str:
-    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)

@@ -30,11 +30,6 @@ class Launch:
     ``base_seed`` (None: fresh entropy), ``threads`` (the explicit thread budget, or
     None), ``tree`` (the parent's tree key, see ``_base.util.tree``), and, worked out then
     in the parent, the child's ``seed`` and thread ``budget`` (0: not worked out).
-
-    Example::
-
-        >>> p = nbmp.Process(target=print)
-        >>> p.launch = Launch(index=0, nprocs=4, worker=True)
     """
 
     index: Optional[int] = None

@@ -308,9 +308,9 @@ def user_handlers() -> Tuple[ForkHandler, ...]:
 Hooks = Dict[str, List[Callable[[], None]]]  # module name -> what to run once it is imported
 
 
-def _split() -> Tuple[int, List[ForkHandler], Hooks]:
-    """``(len(sys.modules), the handlers that apply now, the in_child calls of those waiting
-    for their framework, by module)``."""
+def _split() -> Tuple[List[ForkHandler], Hooks]:
+    """``(the handlers that apply now, the in_child calls of those waiting for their framework,
+    by module)``."""
     applying: List[ForkHandler] = []
     hooks: Hooks = {}
     for handler in _builtins + _user_handlers:
@@ -319,13 +319,10 @@ def _split() -> Tuple[int, List[ForkHandler], Hooks]:
         else:
             for name in handler.modules:
                 hooks.setdefault(name, []).append(functools.partial(_run_in_this_child, handler))
-    return len(sys.modules), applying, hooks
+    return applying, hooks
 
 
-# The split made by the last before_fork: after_fork_in_parent runs the same handlers, and a
-# forked child reuses it while its modules are the parent's (each applies() it skips, each
-# callback it makes, is a few copy-on-write faults in every worker).
-_plan: Tuple[int, List[ForkHandler], Hooks] = (-1, [], {})
+_plan: List[ForkHandler] = []  # the handlers the last before_fork ran: after_fork_in_parent runs the same
 _this_worker: Optional[Worker] = None  # in a child, from child_started: its record
 
 
@@ -360,7 +357,7 @@ hazards_known: "contextvars.ContextVar[bool]" = contextvars.ContextVar("nbmp_haz
 def hazards(applying: Optional[List[ForkHandler]] = None) -> List[str]:
     """What makes forking this process hazardous now, one sentence with its fix each."""
     found = []
-    for handler in _split()[1] if applying is None else applying:
+    for handler in _split()[0] if applying is None else applying:
         try:
             message = handler.hazard()
         except Exception:
@@ -385,8 +382,8 @@ def before_fork(launch: Optional[Launch] = None) -> None:
     """In the parent, just before ``os.fork()`` of a child stamped with ``launch``: warn once
     per hazard; run ``before`` handlers."""
     global _plan
-    _plan = _split()
-    new = [] if hazards_known.get() else [message for message in hazards(_plan[1]) if message not in _warned]
+    _plan = _split()[0]
+    new = [] if hazards_known.get() else [message for message in hazards(_plan) if message not in _warned]
     for message in new:
         _warned.add(message)
         warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())
@@ -396,7 +393,7 @@ def before_fork(launch: Optional[Launch] = None) -> None:
                 stream.flush()
             except Exception:
                 pass
-    for handler in reversed(_plan[1]):
+    for handler in reversed(_plan):
         _run(handler, "before")
 
 
@@ -404,12 +401,12 @@ def prepare_fork_server() -> None:
     """In a fork server, once its preloads are imported and before it forks: each applying
     handler's ``in_fork_server`` (in reverse order, as ``before``: the collector's freeze last,
     after what the others made). Called by ``nbmp._backend.fork_server_ready``; never raises."""
-    for handler in reversed(_split()[1]):
+    for handler in reversed(_split()[0]):
         _run(handler, "in_fork_server")
 
 
 def after_fork_in_parent() -> None:
-    for handler in _plan[1]:
+    for handler in _plan:
         _run(handler, "after_in_parent")
 
 
@@ -430,7 +427,7 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
         forked, _forked_by_nbmp = True, False
     worker = _worker_of(launch, forked)
     _become(worker, launch)
-    _, applying, hooks = _plan if worker.forked and _plan[0] == len(sys.modules) else _split()
+    applying, hooks = _split()
     for handler in applying:
         _run(handler, "in_child", worker)
     _on_import.watch(hooks)  # a framework the worker imports later is reset the moment it appears

@@ -28,7 +28,6 @@ a lambda or cell-defined function fails there.
 
 from __future__ import annotations
 
-import pickle
 from concurrent.futures import Future, InvalidStateError, process
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
@@ -44,27 +43,13 @@ __all__ = ["ProcessPoolExecutor"]
 
 
 def _call_pickled(call: Any, inherited: Optional[MainObjects] = None) -> Any:
-    fn, args, kwargs = call  # a _Call, loaded
+    fn, args, kwargs = call  # loaded by the worker as it took the call (an error there breaks the pool, as the standard's)
     try:
         value = fn(*args, **kwargs)
     except BaseException as exc:  # its traceback, sent as text, starts at fn: from 3.11 without this frame
         exc.__traceback__ = exc.__traceback__.tb_next if exc.__traceback__ else None
         raise
     return value if inherited is None else _Reply(value, inherited)
-
-
-class _Call:
-    """A call nbmp pickled in ``submit``. The worker loads it as it takes the call from the
-    queue, where the standard worker loads its calls: an error or an exit there ends the
-    worker and breaks the pool, as with the standard executor."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def __reduce__(self) -> Any:
-        return pickle.loads, (self.data,)
 
 
 class _Reply:
@@ -178,7 +163,7 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             with self._shutdown_lock:
                 self._start_executor_manager_thread()
             raise
-        return super().submit(_call_pickled, _Call(data), inherited)
+        return super().submit(_call_pickled, _pickling.Pickled(data), inherited)
 
     def _workers_inherit(self) -> Optional[MainObjects]:
         """Under fork, what the workers inherited of ``__main__``, once they run (the stdlib

@@ -59,13 +59,6 @@ class _Settled(Exception):
 
 class FrameReader:
     """Reads the frames of one connection (the Pool's result queue); see the module's docstring.
-
-    Example::
-
-        >>> a, b = nbmp.Pipe(duplex=False)
-        >>> reader = FrameReader(a, release=lambda: None)
-        >>> b.send([1, 2]); reader.recv()
-        [1, 2]
     """
 
     def __init__(self, conn: Any, release: Callable[[], None]) -> None:

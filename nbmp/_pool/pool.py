@@ -26,6 +26,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
 from multiprocessing import pool as _stdpool
@@ -40,10 +41,10 @@ from .._base.checks import check_int
 from .._base.exceptions import raised_at_caller
 from .._base.events import TaskRan, WorkerStarted
 from .errors import WorkerLostError
-from .frames import StreamCut
+from .frames import FrameReader, StreamCut
 from .results import sliced
 from .sending import Prepickled
-from .watch import BROKEN_QUEUES, READERS, SETTLED, Watch, drain, release_lock
+from .watch import WATCHES, Watch, drain, release_lock, watch_of
 from .worker import Timed
 
 if TYPE_CHECKING:
@@ -164,6 +165,7 @@ class Pool(_stdpool.Pool):
         for queue_ in (self._inqueue, self._outqueue):  # a map's chunks and results in flight at once
             _posix.widen_pipe(queue_._writer.fileno())
         self._watch.outqueue = self._outqueue  # the reader gives back its lock (see frames)
+        WATCHES[self._inqueue] = weakref.ref(self._watch)
         self._quick_get = self._watch.reader(self._outqueue._reader)
         self._quick_put = self._watch.sender(self._inqueue._writer)
 
@@ -175,7 +177,8 @@ class Pool(_stdpool.Pool):
         # is nothing to drain and no reason to wait for it (an interrupt must end at once).
         if not inqueue._reader.poll():
             return  # nothing queued to drain; an idle worker's hold ends with the worker
-        deadline = time.monotonic() + (0.1 if inqueue in BROKEN_QUEUES else 5.0)
+        watch = watch_of(inqueue)
+        deadline = time.monotonic() + (0.1 if watch is not None and watch.broken is not None else 5.0)
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():
                 break
@@ -208,8 +211,8 @@ class Pool(_stdpool.Pool):
         self._watch.stop(wait=False)
         if self._state != _stdpool.TERMINATE:
             self._state = _stdpool.TERMINATE  # no call is taken from here on (the stdlib's terminate sets it too)
-            if self._watch.settled(getattr(self, "_taskqueue", None)):  # the stdlib's; None: __init__ never got there
-                SETTLED.add(self._outqueue)
+            # the stdlib's task queue; None: __init__ never got there
+            self._watch.quiet = self._watch.settled(getattr(self, "_taskqueue", None))
         super().terminate()
         self._watch.stop()
         self._watch.release_unread()  # the workers are dead: unread tasks' arrays are nobody's
@@ -255,7 +258,7 @@ class Pool(_stdpool.Pool):
     def _map_async(self, func: Callable[..., Any], iterable: Iterable[Any], mapper: Callable[..., Any],
                    chunksize: Optional[int] = None, callback: Optional[Callable[..., Any]] = None,
                    error_callback: Optional[Callable[..., Any]] = None) -> _stdpool.MapResult[Any]:
-        _check_func(func)
+        _checks.function(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.map(f, range(10))")
         if not hasattr(iterable, "__len__"):
@@ -275,7 +278,7 @@ class Pool(_stdpool.Pool):
                     callback: Optional[Callable[..., Any]] = None,
                     error_callback: Optional[Callable[..., Any]] = None) -> Any:
         """Like the stdlib's; a dead worker makes ``get()`` raise :class:`nbmp.WorkerLostError`."""
-        _check_func(func)
+        _checks.function(func)
         args = _checks.arguments(args, "args", "pool.apply_async(f, args=(x,))")
         _checks.keywords(kwds, "kwds")
         result = super().apply_async(func, args, kwds, callback, error_callback)
@@ -284,14 +287,14 @@ class Pool(_stdpool.Pool):
 
     def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
-        _check_func(func)
+        _checks.function(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.imap(f, range(10))")
         return sliced(super().imap(Prepickled(func), iterable, chunksize))  # type: ignore[arg-type]  # unpickles as func in the worker
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Any:
         """Like the stdlib's; a dead worker makes the iteration raise :class:`nbmp.WorkerLostError`."""
-        _check_func(func)
+        _checks.function(func)
         _check_processes(chunksize, "chunksize")
         _checks.items(iterable, "iterable", "pool.imap_unordered(f, range(10))")
         return sliced(super().imap_unordered(Prepickled(func), iterable, chunksize))  # type: ignore[arg-type]  # unpickles as func in the worker
@@ -342,18 +345,18 @@ class Pool(_stdpool.Pool):
         # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
         # then joins, may wait on what a dead worker left: see _unblock_threads. Not for a Pool
         # that had nothing in flight (Watch.settled; the common `with Pool() as p: p.map(...)`).
-        unblocking = None
-        if not (outqueue in SETTLED and not cache):
-            unblocking = _daemons.start(_unblock_threads, inqueue, outqueue, pool, worker_handler, task_handler,
-                                        result_handler, name="nbmp-pool-unblock")
+        unblocking, watch = None, watch_of(inqueue)
+        if not (watch is not None and watch.quiet and not cache):
+            unblocking = _daemons.start(_unblock_threads, inqueue, outqueue, watch and watch.frames, pool, worker_handler,
+                                        task_handler, result_handler, name="nbmp-pool-unblock")
         super()._terminate_pool(taskqueue, inqueue, outqueue, pool, change_notifier,  # type: ignore[misc]  # stdlib private
                                 worker_handler, task_handler, result_handler, cache)
         if unblocking is not None and unblocking is not threading.current_thread():
             unblocking.join(timeout=30)  # its work ends with the workers': no nbmp thread outlives the terminate
 
 
-def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handler: Any, task_handler: Any,
-                     result_handler: Any) -> None:
+def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader], pool: List[Any],
+                     worker_handler: Any, task_handler: Any, result_handler: Any) -> None:
     """Free the terminate from what the workers it kills leave its threads waiting on.
 
     The result thread stops reading at a terminate while the workers still write: once it has
@@ -364,7 +367,6 @@ def _unblock_threads(inqueue: Any, outqueue: Any, pool: List[Any], worker_handle
     worker reading it was killed: nobody reads the rest) is drained as bytes until the task
     thread ends."""
     worker_handler.join(timeout=30)  # no worker is started any more
-    reader = READERS.get(outqueue)
     reading = None if reader is None else _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
     _wait_for_all([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
     if reader is not None:
@@ -495,11 +497,6 @@ def _task_ran(run_id: int, i: int, obj: Any, arrived: float, chunksize: int, tot
     return None
 
 
-def _check_func(func: Any, name: str = "func", example: str = "pool.map(f, items)") -> None:
-    if not callable(func):
-        raise TypeError(f"{name} must be callable, not {func!r}: pass the function itself, e.g. {example}")
-
-
 _DEFAULTS = {"processes": ("nbmp.Pool(4)", "one per core"), "workers": ("workers=4", "up to one per core"),
              "chunksize": ("chunksize=16", "chosen from the length")}
 
@@ -527,7 +524,7 @@ def parallel_map(fn: Callable[[Any], Any], iterable: Iterable[Any], workers: Opt
     cluster_backend = _plugin("cluster")  # ``cluster``: see nbmp.spawn
     if cluster_backend is not None and cluster_backend.wanted(cluster):
         return cluster_backend.parallel_map(fn, iterable, workers, progress, chunksize, start_method, cluster=cluster)  # type: ignore[no-any-return]
-    _check_func(fn, "fn", "nbmp.parallel_map(f, items)")
+    _checks.function(fn, "fn", "nbmp.parallel_map(f, items)")
     if workers is not None:
         workers = _checks.worker_count(workers, "workers", "nbmp.parallel_map(f, items, workers=4)", none_ok=True)
     _check_processes(chunksize, "chunksize")

@@ -1,19 +1,15 @@
-"""What the parent sends a Pool's workers that is not a plain task: a map's function,
-pickled once per map (the worker side, ``worker.load_function``, keeps it by its bytes),
-and the map's tasks that can skip nbmp's pickler (``plain_task_bytes``)."""
+"""A map's function, pickled once per map for a Pool's workers (the worker side,
+``worker.load_function``, keeps it by its bytes)."""
 
 from __future__ import annotations
 
-from multiprocessing import pool as _stdpool
 from types import FunctionType
 from typing import Any, Callable, Optional, Tuple
 
 from .._backend import pickling as _pickling
 from .worker import load_function
 
-__all__ = ["Prepickled", "plain_task_bytes"]
-
-_MAPPERS = (_stdpool.mapstar, _stdpool.starmapstar)  # type: ignore[attr-defined]  # typeshed omits these runtime names
+__all__ = ["Prepickled"]
 
 
 class Prepickled:
@@ -34,15 +30,6 @@ class Prepickled:
         self.func = func
         self.reduced: Optional[Tuple[Any, ...]] = None  # what every task carries, once made
 
-    def ready(self) -> bool:
-        """Whether every task carries the same reduction, made already: by an earlier task, or
-        now for a lambda whose code the workers have (such a reduction holds no shared-memory
-        ticket that only one receiver may take). Then the standard pickler can send a task
-        holding it (``plain_task_bytes``)."""
-        if self.reduced is None:
-            self.reduced = self._by_code()
-        return self.reduced is not None
-
     def __reduce__(self) -> Any:
         if self.reduced is not None:
             return self.reduced
@@ -62,18 +49,3 @@ class Prepickled:
         if inherited is None or func.__class__ is not FunctionType or inherited.holds(func):
             return None
         return inherited.function_by_code(func)  # type: ignore[no-any-return]  # MainObjects: Any here
-
-
-def plain_task_bytes(task: Any) -> Optional[bytes]:
-    """A map's task ``(job, i, mapstar, (Prepickled, chunk), {})`` pickled by the standard
-    pickler, which sends it as nbmp's would when the chunk is plain (numbers, strings, short
-    tuples of them: ``pickling.plain``) and the function's reduction is made and reusable;
-    else None. Right after the Pool's forks each pickler object nbmp's makes is copy-on-write
-    faults in the parent, which a first map would pay per task."""
-    if task.__class__ is not tuple or len(task) != 5 or task[2] not in _MAPPERS or task[4]:
-        return None
-    args = task[3]
-    if args.__class__ is not tuple or len(args) != 2 or args[0].__class__ is not Prepickled \
-            or not _pickling.plain(args[1]) or not args[0].ready():
-        return None
-    return _pickling.dumps_plain_value(task)

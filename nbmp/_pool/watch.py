@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -42,18 +42,14 @@ from .._base import WorkerExited
 from .._forking import Launch, stamp
 from .errors import WorkerLostError, lost_error
 from .frames import FrameReader, StreamCut
-from .sending import plain_task_bytes
 from .worker import Slot, timed, worker
 from .worker import DECODING, IDLE, INDEX, INIT, JOB, PHASE, RECEIVING, RUNNING, SENDING, SENT, WAITING, Notice
 
-__all__ = ["Watch", "BROKEN_QUEUES", "READERS", "SETTLED", "drain", "release_lock"]
+__all__ = ["Watch", "WATCHES", "watch_of", "drain", "release_lock"]
 
-# The task queues of Pools a death broke: terminating such a Pool need not wait for their lock.
-BROKEN_QUEUES: "weakref.WeakSet[Any]" = weakref.WeakSet()
-# Each Pool's result queue -> the reader of its pipe (told at terminate that no writer is left).
-READERS: "weakref.WeakKeyDictionary[Any, FrameReader]" = weakref.WeakKeyDictionary()
-# The result queues of Pools whose terminate found nothing in flight (see Watch.settled).
-SETTLED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+# Each Pool's task queue -> its Watch, for the stdlib's terminate steps (class methods given the
+# queues, not the Pool). Held weakly both ways: the Watch holds the queue.
+WATCHES: "weakref.WeakKeyDictionary[Any, weakref.ref[Watch]]" = weakref.WeakKeyDictionary()
 # The phases in which a worker holds nothing a terminate waits on: no task, no result being
 # written, at most the task queue's read lock (which a terminate with nothing queued never takes).
 _HOLDS_NOTHING = frozenset((IDLE, INIT, WAITING))
@@ -70,7 +66,6 @@ class _Worker:
     slot: Any
     index: int
     rss: Optional[int] = None
-    _ps: Any = field(default=None, repr=False)  # Any: a psutil.Process (psutil is optional and untyped)
 
     def sentinel(self) -> Optional[int]:
         try:
@@ -83,26 +78,7 @@ class _Worker:
         nbmp's fork and spawn ``Popen`` reap with ``wait4``, see ``peak_rss``)."""
         pid = self.proc.pid
         if pid is not None and not isinstance(self.proc._popen, PeakMemory):
-            self.rss = _rss(self, pid) or self.rss
-
-
-def _rss(worker: _Worker, pid: int) -> Optional[int]:
-    try:
-        if "psutil" in sys.modules or _have_psutil():
-            import psutil
-            worker._ps = worker._ps or psutil.Process(pid)
-            return int(worker._ps.memory_info().rss)
-        return _posix.resident_bytes(pid)
-    except Exception:  # the worker is gone, or no way to ask on this platform
-        return None
-
-
-def _have_psutil() -> bool:
-    try:
-        import psutil  # noqa: F401
-        return True
-    except ImportError:
-        return False
+            self.rss = _posix.resident_bytes(pid) or self.rss
 
 
 class Watch:
@@ -118,6 +94,7 @@ class Watch:
         self.broken_error: Optional[BaseException] = None
         self.start_deaths = 0
         self.deaths = 0  # workers the watcher has seen dead
+        self.quiet = False  # its terminate found nothing in flight (see settled)
         self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
         self.outqueue: Any = None
         self.inqueue: Any = None
@@ -368,8 +345,8 @@ class Watch:
 
     def sender(self, connection: Any) -> Callable[[Any], None]:
         """The task queue's ``send`` on ``connection``: remember the tickets each task carries
-        until its result; a map's plain task skips nbmp's pickler (``plain_task_bytes``)."""
-        send, send_bytes = connection.send, connection.send_bytes
+        until its result."""
+        send = connection.send
 
         def put(task: Any) -> None:
             if task is not None:
@@ -379,11 +356,7 @@ class Watch:
                         call.done()
                     return
             with _pickling.collecting_single_use() as releases, _pickling.sending_to(self.inherited):
-                data = plain_task_bytes(task)
-                if data is None:
-                    send(task)
-                else:
-                    send_bytes(data)
+                send(task)
             if releases and task is not None:
                 self.unread[(task[0], task[1])] = releases
         return put
@@ -412,8 +385,6 @@ class Watch:
                 release_lock(wlock)
         self.frames = frames = FrameReader(conn, give_back)
         conn.poll = frames.poll  # what the stdlib's result thread asks: messages buffered here count
-        if self.outqueue is not None:
-            READERS[self.outqueue] = frames
         recv, poll = frames.recv, frames.poll
 
         def get() -> Any:
@@ -532,8 +503,6 @@ class Watch:
             error = lost_error(end, doing, _CLOSED)
             self.broken = f"a worker died {doing}"
         self.broken_error = error
-        if self.inqueue is not None:  # None: the Pool already let its queues go
-            BROKEN_QUEUES.add(self.inqueue)
         pool = self._live_pool()
         if pool is not None:  # closed first: a caller woken by the failures below must find it closed
             pool.close()
@@ -578,6 +547,11 @@ def _returncode(proc: Any) -> Optional[int]:
     """The exit code already collected for ``proc``, without waiting or polling."""
     popen = getattr(proc, "_popen", None)  # a stand-in process (a test's) has none: taken as running
     return None if popen is None else popen.returncode
+
+
+def watch_of(inqueue: Any) -> Optional[Watch]:
+    ref = WATCHES.get(inqueue)
+    return None if ref is None else ref()
 
 
 def drain(reader: Any, going: Callable[[], bool]) -> None:

@@ -58,17 +58,6 @@ class LineSplitter:
     ``emit(line)`` gets each whole line at once, as a terminal shows it (see :func:`render`).
     The status is only taken, by :meth:`take_status`, at the pace the caller chooses: a bar
     redrawn thousands of times a second is passed on a few times a second, its latest state.
-
-    Example::
-
-        >>> lines = []
-        >>> splitter = LineSplitter(lines.append)
-        >>> splitter.feed(b"\\r 10%|#  |\\r 20%|## |")
-        >>> splitter.take_status()
-        ' 20%|## |'
-        >>> splitter.feed(b"\\r100%|###|\\ndone\\n")
-        >>> lines
-        ['100%|###|', 'done']
     """
 
     def __init__(self, emit: Callable[[str], None]) -> None:
@@ -121,11 +110,6 @@ def render(text: str) -> str:
     """What a terminal shows for ``text``, a line without its newline: each carriage
     return goes back to the line's start and what follows overwrites it; trailing blanks
     of such a line (an erased bar's) are dropped. A line without one is left as it is.
-
-    Example::
-
-        >>> render("loading\\r 50%\\r100%")
-        '100%ing'
     """
     return _overlay(text)[0].rstrip() if "\r" in text else text
 

@@ -30,6 +30,7 @@ from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
 from .._base import Broadcast, EventSink, RunStarted, WorkerStarted, new_run_id
 from .._base import ProcessException, ProcessRaisedException, exited_error, raised_message, stopped_error
+from .._base import util as _util
 from .._base.exceptions import raised_at_caller
 from .output import StreamPrinter
 from .args import check_arguments, check_grace_period
@@ -224,7 +225,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     board = make_dashboard(dashboard, stop=stop)  # validates ``dashboard`` before anything starts
     run_id = new_run_id()
     events = _broadcast(output, [*sinks, board])
-    started = RunStarted(run_id, _name_of(fn), ctx.get_start_method(), nprocs)
+    started = RunStarted(run_id, _util.name_of(fn), ctx.get_start_method(), nprocs)
     events.handle(started)
     process_context: Optional[ProcessContext] = None
     try:
@@ -297,8 +298,6 @@ def _broadcast(output: str, sinks: Sequence[EventSink]) -> Broadcast:
     return Broadcast(printers + list(sinks))
 
 
-def _name_of(fn: Callable[..., Any]) -> str:
-    return str(getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__qualname__)
 
 
 def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
@@ -313,7 +312,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
     try:
         _prepare_parent()
         method = ctx.get_start_method()
-        unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output, method) for i in range(nprocs)]
+        unstarted = [_make_one(ctx, fn, args, i, nprocs, daemon, output) for i in range(nprocs)]
         flush = getattr(events.sinks[0], "flush", _no_flush) if events.sinks else _no_flush
         supervisor = Supervisor(run_id, [one.worker for one in unstarted], events, flush, grace_period, joined=join)
         held = supervisor.prepare()
@@ -384,13 +383,13 @@ class _Unstarted:
 
 
 def _make_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
-              output: str, method: str) -> _Unstarted:
+              output: str) -> _Unstarted:
     """Worker ``i``'s pipes and process object, not started."""
     result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
     pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
     # Write ends as connections: they cross to spawn/forkserver children as fds.
     ends: List[Optional[connection.Connection]] = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
-    job = Job(fn, args, i, result_w, ends[0], ends[1], os.getpid(), method != "forkserver")
+    job = Job(fn, args, i, result_w, ends[0], ends[1])
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process.launch = stamp(Launch(index=i, nprocs=nprocs, worker=True))  # ignores SIGINT from its start, dies with us
     worker = Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})

@@ -36,8 +36,6 @@ class Job:
     result: Connection
     stdout: Optional[Connection]  # None: output="inherit"
     stderr: Optional[Connection]
-    parent_pid: int
-    direct_child: bool  # False under forkserver, whose children are the server's
     inherited: Tuple[int, ...] = ()  # fork: the parent's ends of the run's pipes, the other workers' ends; closed first
     # fork: the __main__ functions and classes this worker has (a MainObjects): its value and
     # error name them by reference, so the parent gets its own (isinstance holds there)

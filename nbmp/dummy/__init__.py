@@ -1,12 +1,5 @@
 """``multiprocessing.dummy``, mirrored: the thread-backed API, which pickles nothing, so
 it is the standard one.
-
-Example::
-
-    >>> from nbmp.dummy import Pool
-    >>> with Pool(2) as pool:
-    ...     pool.map(lambda x: x + 1, [1, 2])
-    [2, 3]
 """
 
 from multiprocessing.dummy import (  # noqa: F401  (the mirror of the standard module)

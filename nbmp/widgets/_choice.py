@@ -10,6 +10,8 @@ import os
 import sys
 from typing import Optional, Union
 
+from .._base.util import display_kind
+
 __all__ = ["Choice", "ENV_VAR", "check_dashboard", "set_dashboard", "resolve_frontend", "live_widget_updates"]
 
 Choice = Union[bool, str, None]
@@ -81,17 +83,9 @@ def resolve_frontend(choice: Choice) -> str:
                           "(or pass dashboard='text')")
     if _in_kernel() and _widgets_importable() and not _in_worker():
         return "widget"
-    if wanted == "auto" and not _stderr_is_terminal():
+    if wanted == "auto" and display_kind(sys.stderr) != "terminal":
         return "off"  # piped or logged output (CI, cron): no status lines mixed into it
     return "text"
-
-
-def _stderr_is_terminal() -> bool:
-    isatty = getattr(sys.stderr, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except ValueError:  # a closed stream
-        return False
 
 
 def _in_kernel() -> bool:

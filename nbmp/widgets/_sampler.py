@@ -33,10 +33,6 @@ class ProcessProbe:
         self._psutil: Any = psutil  # Any: the psutil module or None (optional, untyped)
         self._procs: Dict[int, Any] = {}  # Any: psutil.Process (untyped)
 
-    @property
-    def available(self) -> bool:
-        return self._psutil is not None
-
     def measure(self, pids: Dict[_Key, int]) -> Dict[_Key, Sample]:
         if self._psutil is None:
             return {}

@@ -7,6 +7,7 @@ import shutil
 import sys
 from typing import Optional, TextIO, Tuple
 
+from .._base.util import display_kind
 from ._state import DashboardState
 from ._text import status_line, summary_table
 
@@ -21,9 +22,8 @@ class TextView:
 
     def __init__(self, stream: Optional[TextIO] = None, inplace: Optional[bool] = None) -> None:
         self._stream = stream
-        isatty = getattr(self.stream, "isatty", None)
         # Without a terminal an in-place line would leave a trail of \r in logs: summary only.
-        self.live = bool(isatty and isatty()) if inplace is None else inplace
+        self.live = display_kind(self.stream) == "terminal" if inplace is None else inplace
         self._shown = ""
 
     @property
