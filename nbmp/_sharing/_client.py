@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple, cast
 
-from .._backend import posix as _posix
+from .._backend import interrupts as _interrupts
 from .._base import util as _util
 from .._base.util import ISSUES
 from . import _janitor
@@ -131,13 +131,14 @@ def send(root: str, message: str, fds: Sequence[int] = ()) -> None:
             conn.sendall(data)
 
 
+@_interrupts.step
 def request(root: str, message: str) -> Tuple[str, List[int]]:
     """Send ``message`` and wait for the janitor's one-line reply (and any fds with it).
 
     An interrupt is held until the reply is read: one raised in between would leave the
     reply in the socket, to be read as the answer to the next request. A reply that does
     not come in time is owed: the next request reads it first and throws it away."""
-    with _lock, _posix.interrupts_deferred():
+    with _lock:
         conn = _connection(root)
         if conn in _owed:  # at most one: no request is sent before the last one's reply is read
             _, stale = _reply(conn, root, message)
