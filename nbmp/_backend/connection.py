@@ -64,8 +64,7 @@ class Connection(connection.Connection):
         program ends. A second interrupt while the message is read closes the connection."""
         self._check_closed()
         self._check_readable()
-        while not _posix.ready(self.fileno(), _posix.INTERRUPT_SLICE):
-            pass
+        _posix.ready(self.fileno(), None)
         return _receive(self)
 
 
@@ -83,8 +82,7 @@ def send_whole(conn: Connection, data: bytes, sent: List[bool]) -> None:
     header = struct.pack("!i", size) if size <= 0x7fffffff else struct.pack("!iQ", -1, size)
     fd, need = conn.fileno(), len(header) + size
     if need <= select.PIPE_BUF:  # one write, whole once the pipe has a page free
-        while not _posix.ready(fd, _posix.INTERRUPT_SLICE, select.POLLOUT):
-            pass
+        _posix.ready(fd, None, select.POLLOUT)
         _write_whole(conn, header, data, sent, True)
         return
     free, capacity = _posix.room(fd) or (0, 0)

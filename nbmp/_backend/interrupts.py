@@ -27,6 +27,7 @@ import os
 import _signal  # type: ignore[import-not-found]  # the C module under signal.py: its calls skip the enum wrapping
 import signal
 import threading
+import _thread
 import time
 from types import FrameType
 from typing import Any, Callable, Optional, TypeVar, cast
@@ -39,12 +40,16 @@ _SIGINT = int(signal.SIGINT)
 F = TypeVar("F", bound=Callable[..., Any])
 
 # The state of the main thread's steps (only the main thread runs signal handlers).
+_main = threading.main_thread().ident  # a fork child's is the thread that forked (see _forget)
 _active = False            # a step runs
 _installed = False         # the recorder is (or may be) the SIGINT handler
 _previous: Any = None      # the Python handler it replaced
 _pending = 0               # interrupts recorded since
 _disposition: Any = False  # the OS disposition found: a struct sigaction (None: no libc; False: not looked up)
 _sigaction: Any = None
+_handler: Any = None       # its handler field
+_own: Any = None           # the OS handler Python installs for a Python handler (learnt at the first swap)
+_foreign = False           # the disposition found is not what putting the Python handler back gives
 
 
 def step(fn: F) -> F:
@@ -70,7 +75,7 @@ def held(fn: F) -> F:
 def _stepping(fn: F, later: bool) -> F:
     def stepped(*args: Any, **kwargs: Any) -> Any:
         global _active, _installed, _pending
-        if _active or threading.current_thread() is not threading.main_thread():
+        if _active or _thread.get_ident() != _main:
             return fn(*args, **kwargs)
         try:
             _active = True
@@ -86,7 +91,7 @@ def _stepping(fn: F, later: bool) -> F:
                         _signal.signal(_SIGINT, _previous)
                         raise
                     finally:
-                        if _disposition is not None:
+                        if _foreign:
                             _sigaction(_SIGINT, _disposition, None)
                         _installed = False
             finally:
@@ -124,7 +129,7 @@ def escape() -> None:
 
 
 def _install() -> None:
-    global _installed, _previous
+    global _installed, _previous, _foreign, _own
     if _installed:  # left by a step whose undo two exceptions in a row cut: what it saved stays
         return
     previous = _signal.getsignal(_SIGINT)
@@ -135,9 +140,12 @@ def _install() -> None:
         _look_up_sigaction()
     if _disposition is not None:
         _sigaction(_SIGINT, None, _disposition)
+        _foreign = _own is None or _handler.value != (None if previous is _signal.SIG_DFL else _own)
     _previous = previous
     _installed = True  # before the swap: an exception at its return still finds it undone
     _signal.signal(_SIGINT, _record)
+    if _own is None and _disposition is not None:
+        _own = _os_handler()
 
 
 def _release() -> None:
@@ -145,20 +153,31 @@ def _release() -> None:
     global _installed
     if _installed:
         _signal.signal(_SIGINT, _previous)
-        if _disposition is not None:
+        if _foreign:
             _sigaction(_SIGINT, _disposition, None)
         _installed = False
 
 
 def _look_up_sigaction() -> None:
-    global _disposition, _sigaction
+    global _disposition, _sigaction, _handler
     libc = _posix.load_libc()
     if libc is None:
         _disposition = None
         return
-    import ctypes  # lazily, as posix's: ``import nbmp`` stays cheap
     _sigaction = libc.sigaction
-    _disposition = ctypes.create_string_buffer(256)  # more than any libc's struct sigaction
+    _disposition, _handler = _struct_sigaction()
+
+
+def _struct_sigaction() -> Any:
+    import ctypes  # lazily, as posix's: ``import nbmp`` stays cheap
+    buffer = ctypes.create_string_buffer(256)  # more than any libc's struct sigaction
+    return buffer, ctypes.c_void_p.from_buffer(buffer)  # its first field: the handler, in every libc
+
+
+def _os_handler() -> Any:
+    buffer, handler = _struct_sigaction()
+    _sigaction(_SIGINT, None, buffer)
+    return handler.value
 
 
 def resend() -> None:
@@ -179,8 +198,8 @@ def _resend_sigint(thread_id: int) -> None:
 
 def _forget() -> None:
     """In a child forked during a step (from any thread): the step is the parent's."""
-    global _active, _pending
-    _active, _pending = False, 0
+    global _active, _pending, _main
+    _active, _pending, _main = False, 0, _thread.get_ident()
     _release()
 
 

@@ -258,9 +258,10 @@ def _count(fd: int, request: int) -> int:
 
 def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> bool:
     """Whether ``fd`` is ready for ``events`` (default: has data, or EOF) within ``timeout``
-    seconds (None: wait); interruptible.
+    seconds (None: wait); interruptible, within ``INTERRUPT_SLICE`` whichever thread the
+    interrupt was given to.
 
-    One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs.
+    ``poll`` calls: ``Connection.poll`` builds a selector per call, at a few µs.
 
     Example::
 
@@ -270,7 +271,13 @@ def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> boo
     """
     poller = select.poll()
     poller.register(fd, events)
-    return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = INTERRUPT_SLICE if deadline is None else min(INTERRUPT_SLICE, deadline - time.monotonic())
+        if poller.poll(max(0, math.ceil(left * 1000))):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 def read_nowait(fd: int, size: int) -> Optional[bytes]:

@@ -188,6 +188,7 @@ class SimpleQueue(queues.SimpleQueue[Any]):
     def get(self) -> Any:
         """Remove and return an item (waiting for one); loaded whole, as ``Connection.recv``."""
         with self._rlock:  # type: ignore[attr-defined]  # stdlib private, set by __init__
+            _posix.ready(self._reader.fileno(), None)  # interruptible, whichever thread the interrupt went to
             data = self._reader.recv_bytes()
         return _pickling.loads_whole(data)
 
