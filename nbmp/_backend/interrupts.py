@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import _signal  # type: ignore[import-not-found]  # the C module under signal.py: its calls skip the enum wrapping
 import signal
@@ -101,9 +102,7 @@ def _stepping(fn: F, later: bool) -> F:
                         resend()
                     else:
                         _signal.raise_signal(_SIGINT)
-    stepped.__name__, stepped.__qualname__, stepped.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    stepped.__wrapped__ = fn  # type: ignore[attr-defined]  # as functools.wraps sets it
-    return cast(F, stepped)
+    return cast(F, functools.wraps(fn)(stepped))
 
 
 def _record(signum: int, frame: Optional[FrameType]) -> None:
@@ -221,6 +220,7 @@ def for_worker() -> None:
         _signal.signal(_SIGINT, _ignore)
     except ValueError:  # not the main thread: nothing to change
         return
+    _signal.siginterrupt(_SIGINT, False)  # system calls go on, as under SIG_IGN (C code need not expect EINTR)
     allow()
 
 

@@ -26,7 +26,7 @@ import select
 import time
 from multiprocessing import queues
 from queue import Empty, Full
-from typing import TYPE_CHECKING, Any, List, Optional, cast
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from .. import _forking
 from . import connection as _connection, feeder as _feeder, interrupts as _interrupts, pickling as _pickling, posix as _posix
@@ -106,7 +106,8 @@ class _ByNbmp:
         queued the item whole or gave back the shared-memory tickets its pickle held."""
         if self._closed:  # type: ignore[attr-defined]  # stdlib private: the stdlib checks it first
             raise ValueError(f"Queue {self!r} is closed")
-        acquired, queued = False, cast(List[bool], [])
+        acquired = False
+        queued: List[bool] = []
         with _pickling.collecting_single_use() as handed_out:
             try:
                 with _PICKLING:  # a Pool's or an executor's background thread may put here
