@@ -15,10 +15,7 @@
   such an exception can cut before its first line; a recorder installed for good with a
   flag it consults (trio's KI protection), the handler ``signal.getsignal`` would show
   between calls.
-* **Workers** ignore SIGINT through a Python handler (:func:`for_worker`): the programs
-  they ``exec`` get the default disposition back (an ignored signal stays ignored across
-  ``exec``), so the interrupt button or Ctrl-C, which reach the whole process group, stop a
-  worker's ``ffmpeg`` as they would a standard ``Process``'s.
+* **Workers** ignore SIGINT through a Python handler, which ``exec`` resets (:func:`for_worker`).
 """
 
 from __future__ import annotations

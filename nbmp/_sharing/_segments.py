@@ -18,7 +18,7 @@ import functools
 import itertools
 import os
 import secrets
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
 from .._backend import interrupts as _interrupts, pickling as _pickling
 from . import _client, _pocket, _pool, _space, _strategies
@@ -166,12 +166,15 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
         if handle is not None:
             return handle
     fd, seg, path = _open_new(root, size)
+    unannounced = [fd]
     try:
         fill(fd, size)
+        ticket = _announce_filled(root, unannounced, seg, size, path)
     except BaseException:
-        _discard(fd, path)
+        for fd in unannounced:
+            _discard(fd, path)
         raise
-    return Handle(root, seg, _announce_filled(root, fd, seg, size, path), size, path)
+    return Handle(root, seg, ticket, size, path)
 
 
 @_interrupts.step
@@ -184,11 +187,12 @@ def _refill_claimed(root: str, size: int, fill_mapped: Callable[[Buffer], None])
 
 
 @_interrupts.step
-def _announce_filled(root: str, fd: int, seg: str, size: int, path: str) -> str:
-    """The ticket of a new, filled segment: noted, the janitor told, the mapping pooled, all or
-    none; ``fd`` is closed either way."""
-    entry = None
+def _announce_filled(root: str, unannounced: List[int], seg: str, size: int, path: str) -> str:
+    """The ticket of a new, filled segment (its file ``unannounced[0]``): noted, the janitor told,
+    the mapping pooled, all or none; the file is closed either way, taken off ``unannounced``."""
+    fd, entry = unannounced[0], None
     try:
+        unannounced.clear()
         ticket = _new_ticket(root)
         if path == "-" and _pool.poolable(size):  # kept mapped here (faulted in), to be reused once freed
             entry = _pool.Entry(root, seg, size, ctypes.addressof(map_fd(fd, size, populate=True)), True)
