@@ -1,8 +1,8 @@
 """The platform-specific pieces of running workers: parent-death signals, pipes, threads'
 names and C stdio, each a no-op where the platform lacks it.
 
-Kept apart so that the rest of nbmp never calls ``prctl`` directly, and so that one module says what happens on Linux, other POSIX systems
-and Windows.
+Kept apart so that the rest of nbmp never calls ``prctl`` directly, and so that one
+module says what happens on Linux, other POSIX systems and Windows.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from typing import Any, Dict, List, Optional, Tuple, cast
 _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
-    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "default_termination", "widen_pipe", "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp",
-    "INTERRUPT_SLICE", "room", "ready", "read_nowait",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "default_termination", "widen_pipe",
+    "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "room", "ready", "read_nowait",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
