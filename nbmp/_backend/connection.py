@@ -1,7 +1,8 @@
 """Connections that send with nbmp's pickler.
 
 Differs from ``multiprocessing.connection.Connection`` in ``send``: the object is
-pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers); and in
+pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers), and one that
+carries shared memory goes out whole or not at all (:func:`send_whole`); and in
 ``recv``, which loads with plain pickle, but whole: an interrupt waits for the end of
 the load (shared-memory tickets half taken would stay held, see ``loads_whole``).
 """
