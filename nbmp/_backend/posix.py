@@ -148,7 +148,7 @@ def signal_descendants(pid: int, signum: int) -> None:
     group (one started in a session of its own, ``start_new_session=True``, is left alone with
     its own), before ``pid`` itself is stopped: once it is gone, its orphans are the init
     process's and can no longer be told apart. Read from /proc: nothing where there is none."""
-    children, groups = _process_tree()
+    children, groups = _process_tree(pid)
     todo = [pid]
     while todo:
         for child in children.get(todo.pop(), ()):
@@ -163,11 +163,11 @@ def signal_descendants(pid: int, signum: int) -> None:
 _tree: Tuple[float, Dict[int, List[int]], Dict[int, int]] = (0.0, {}, {})
 
 
-def _process_tree() -> Tuple[Dict[int, List[int]], Dict[int, int]]:
-    """Every process's children and process group, read again at most every 0.1 s (a Pool's
-    end stops each of its workers in turn)."""
+def _process_tree(pid: int) -> Tuple[Dict[int, List[int]], Dict[int, int]]:
+    """Every process's children and process group, read again unless read in the last 0.1 s
+    with ``pid`` in it (a Pool's end stops each of its workers in turn)."""
     global _tree
-    if time.monotonic() - _tree[0] >= 0.1:
+    if time.monotonic() - _tree[0] >= 0.1 or pid not in _tree[2]:
         children: Dict[int, List[int]] = {}
         groups: Dict[int, int] = {}
         for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
