@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING, Any as _Any  # noqa: E402
 
 from ._backend import ForkReport, PicklingError, default_context as _default_context, doctor
 from ._backend import register_factory as _register_factory, register_plugin as _register_plugin
+from ._backend.interrupts import step as _step
 from ._backend.posix import get_thread_name as _get_thread_name, set_thread_name as _set_thread_name  # noqa: F401  (torch.multiprocessing's)
 from ._base import (NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException,
                     RemoteTaskError)
@@ -77,6 +78,7 @@ _LAYERS = {"Dashboard": "widgets", "set_dashboard": "widgets",
            "load_ipython_extension": "_notebook.extension", "unload_ipython_extension": "_notebook.extension"}
 
 
+@_step
 def _load_layers() -> None:
     """Import every layer of ``_LAYERS`` (and ``managers``) and bind their names here.
 
@@ -84,13 +86,11 @@ def _load_layers() -> None:
     landed in importlib's weakref callbacks meanwhile would be printed and dropped by Python,
     so it is held until the layers are in, then raised here."""
     import importlib
-    from ._backend.posix import interrupts_deferred
-    with interrupts_deferred():
-        for layer in ("widgets", "_spawn", "_pool", "managers", "_cluster", "_notebook.extension"):
-            importlib.import_module(f"{__name__}.{layer}")
-        for name, layer in _LAYERS.items():
-            globals()[name] = getattr(_sys.modules[f"{__name__}.{layer}"], name)
-        _fixup_module_metadata(__name__, globals(), [name for name in _LAYERS if name in __all__])
+    for layer in ("widgets", "_spawn", "_pool", "managers", "_cluster", "_notebook.extension"):
+        importlib.import_module(f"{__name__}.{layer}")
+    for name, layer in _LAYERS.items():
+        globals()[name] = getattr(_sys.modules[f"{__name__}.{layer}"], name)
+    _fixup_module_metadata(__name__, globals(), [name for name in _LAYERS if name in __all__])
 
 
 def _build_pool(*args: object, **kwargs: object) -> object:

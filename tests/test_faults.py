@@ -163,27 +163,25 @@ def test_an_interrupt_just_before_a_put_hands_its_item_over_gives_everything_bac
     # its room in the queue but before it held interrupts for the handover left the item unqueued
     # and its tickets held (1.5 MiB: two shared arrays and a moved one) until the root exited.
     np = pytest.importorskip("numpy")
-    from nbmp._backend import posix, queues
+    from nbmp._backend import queues
     q = nbmp.Queue()
     q.put("warm")
     assert q.get(timeout=10) == "warm"
     before = live_segments()
     kept = nbmp.zeros(1 << 16, dtype="uint8")
+    hand_over, fired = queues._hand_over, []
 
-    class InterruptAtTheHandover:  # SIGINT lands as the put reaches for its interrupt hold, once
-        fired = False
+    def interrupt_first(*args):  # SIGINT lands as the put reaches for its step, once
+        if not fired:
+            fired.append(True)
+            signal.raise_signal(signal.SIGINT)
+        return hand_over(*args)
 
-        def __getattr__(self, name):
-            if name == "interrupts_deferred" and not InterruptAtTheHandover.fired:
-                InterruptAtTheHandover.fired = True
-                signal.raise_signal(signal.SIGINT)
-            return getattr(posix, name)
-
-    monkeypatch.setattr(queues, "_posix", InterruptAtTheHandover())
+    monkeypatch.setattr(queues, "_hand_over", interrupt_first)
     with pytest.raises(KeyboardInterrupt):
         q.put((kept, np.ones(1 << 20, dtype="uint8")))
-    monkeypatch.setattr(queues, "_posix", posix)
-    assert InterruptAtTheHandover.fired
+    monkeypatch.setattr(queues, "_hand_over", hand_over)
+    assert fired
     del kept
     assert live_segments() == before, "the interrupted put's segments are still held"
     q.put("after")
@@ -258,14 +256,14 @@ def test_an_interrupt_just_after_a_simple_queue_put_wrote_its_item_keeps_it_load
     kept = nbmp.zeros(1 << 16, dtype="uint8")
     kept[:] = 7
     q = nbmp.SimpleQueue()
-    real = q._writer.send_bytes
+    real = q._writer._send
 
-    def send_bytes(data):
+    def send(data):
         real(data)
-        monkeypatch.setattr(q._writer, "send_bytes", real)
+        monkeypatch.setattr(q._writer, "_send", real)
         signal.raise_signal(signal.SIGINT)
 
-    monkeypatch.setattr(q._writer, "send_bytes", send_bytes)
+    monkeypatch.setattr(q._writer, "_send", send)
     with pytest.raises(KeyboardInterrupt):
         q.put(kept)
     del kept  # the message's reference is now the segment's only one
@@ -323,19 +321,23 @@ def test_an_interrupt_in_an_arrays_finalizer_is_raised_after_it(python_sigint):
     # Python prints and drops an exception raised in a weakref finalizer: an interrupt landing
     # in one was lost, and the release it was making never sent. It is now held, then raised
     # in the caller's code a moment later.
-    from nbmp._backend import posix
+    from nbmp._backend import interrupts
     done = []
+
+    @interrupts.held
+    def cleanup():
+        signal.raise_signal(signal.SIGINT)
+        done.append("cleanup finished")
+
     with pytest.raises(KeyboardInterrupt):
-        with posix.interrupts_held():
-            signal.raise_signal(signal.SIGINT)
-            done.append("cleanup finished")
+        cleanup()
         done.append("raised later")
         time.sleep(5)
     assert done == ["cleanup finished", "raised later"]
 
 
 def test_an_interrupt_before_an_arrays_release_starts_still_releases_and_is_raised():
-    # The few Python steps of the release callback that run before it holds SIGINT: an interrupt
+    # The few Python steps of the release callback that run before its step: an interrupt
     # there was printed and dropped by Python, and the segment stayed mapped and held until the
     # root exited (about 1 in 100 shm-transfer trials). nbmp's unraisable hook now runs the
     # cleanup and sends the interrupt again.
@@ -343,23 +345,20 @@ def test_an_interrupt_before_an_arrays_release_starts_still_releases_and_is_rais
     out = run_main("""
         import gc, signal, time
         import nbmp
-        from nbmp._backend import finalizers, posix
+        from nbmp._backend import finalizers
         from nbmp._sharing._ledger import live_segments
 
-        class InterruptFirst:  # SIGINT lands just before the callback's hold, once
-            fired = False
-            def interrupts_held(self):
-                if not self.fired:
-                    self.fired = True
-                    signal.raise_signal(signal.SIGINT)
-                return posix.interrupts_held()
-            def __getattr__(self, name):
-                return getattr(posix, name)
+        run, fired = finalizers._run, []
+        def interrupt_first(key):  # SIGINT lands just before the callback's step, once
+            if not fired:
+                fired.append(True)
+                signal.raise_signal(signal.SIGINT)
+            return run(key)
 
         before = live_segments()
         a = nbmp.zeros(1 << 16, dtype="uint8")
         assert len(live_segments()) == len(before) + 1
-        finalizers._posix = InterruptFirst()
+        finalizers._run = interrupt_first
         try:
             del a
             gc.collect()

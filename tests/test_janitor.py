@@ -10,6 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 from typing import Iterator, List
 
 import psutil
@@ -99,6 +101,41 @@ def test_a_claim_that_reads_another_processs_messages_does_not_stall_the_janitor
         assert (_reply(a), _reply(b)) == ("- s1", "- s2")  # nothing pooled: none lent, both "gone"
         assert _ask(a, b"stat\n") == "0 0 0"
         assert _ask(b, b"stat\n") == "0 0 0"
+
+
+@pytest.mark.timeout(60)
+def test_a_second_interrupt_gives_up_on_a_reply_the_janitor_does_not_send(janitor, monkeypatch, python_sigint):
+    # A stopped janitor: the first Ctrl-C waits for its reply (a reply half read would be taken
+    # for the next request's), the second gives up on it within a second; the reply is owed.
+    from nbmp._sharing import _client
+
+    monkeypatch.setattr(_client, "REPLY_TIMEOUT", 5)  # on a request that never gives way: fails, not hangs
+    try:
+        assert _client.request(janitor, "stat\n") == ("0 0 0", [])
+        (proc,) = _janitors(janitor)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            sent = []
+
+            def interrupt():
+                sent.append(time.monotonic())
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+            timers = [threading.Timer(t, interrupt) for t in (0.2, 0.5)]
+            for timer in timers:
+                timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                _client.request(janitor, "claim - s1\n")
+            assert len(sent) == 2 and time.monotonic() - sent[1] < 1.0
+            for timer in timers:
+                timer.join()
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        assert _client.request(janitor, "stat\n") == ("0 0 0", [])  # not the claim's "- s1"
+    finally:
+        conn = _client._conns.pop(janitor, None)
+        if conn is not None:
+            _client._owed.discard(conn)
 
 
 def test_a_reply_given_up_on_is_never_read_as_the_next_ones(janitor, monkeypatch):

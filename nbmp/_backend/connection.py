@@ -1,61 +1,143 @@
 """Connections that send with nbmp's pickler.
 
 Differs from ``multiprocessing.connection.Connection`` in ``send``: the object is
-pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers); and in
+pickled by :mod:`nbmp._backend.pickling` (cloudpickle + nbmp's reducers), and one that
+carries shared memory goes out whole or not at all (:func:`send_whole`); and in
 ``recv``, which loads with plain pickle, but whole: an interrupt waits for the end of
 the load (shared-memory tickets half taken would stay held, see ``loads_whole``).
 """
 
 from __future__ import annotations
 
+import os
 import select
+import struct
+import time
 from multiprocessing import connection, reduction
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
-from . import pickling as _pickling, posix as _posix
+from . import interrupts as _interrupts, pickling as _pickling, posix as _posix
 
-__all__ = ["Connection", "Pipe", "Listener", "Client"]
+__all__ = ["Connection", "Pipe", "Listener", "Client", "send_whole"]
 
 
 class Connection(connection.Connection):
     """A :class:`multiprocessing.connection.Connection` whose ``send`` uses cloudpickle."""
 
+    if TYPE_CHECKING:  # the stdlib's private methods that send() uses (typeshed omits them)
+        def _check_closed(self) -> None: ...
+        def _check_writable(self) -> None: ...
+        def _send_bytes(self, buf: bytes) -> None: ...
+        def _check_readable(self) -> None: ...
+        def _recv_bytes(self, maxsize: Any = None) -> Any: ...
+        def _send(self, buf: bytes) -> None: ...
+
     def send(self, obj: Any) -> None:
         """Send ``obj``, pickled by nbmp, to the other end.
 
-        An object that carries shared-memory tickets (a shared array) is written whole
-        once its bytes start going out (an interrupt meanwhile is raised after), or,
-        interrupted before, gives its tickets back: nobody will load a message never sent."""
-        if not self.writable:  # a closed end is refused by fileno() and send_bytes()
-            raise OSError("connection is read-only")
-        written = False
+        An object that carries shared-memory tickets (a shared array) goes out whole (see
+        :func:`send_whole`), or, interrupted before, gives its tickets back: nobody will load
+        a message never sent."""
+        self._check_closed()
+        self._check_writable()
+        sent: List[bool] = []
         with _pickling.collecting_single_use() as handed_out:
             try:
                 data = _pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process")
                 if not handed_out:
-                    self.send_bytes(data)
+                    self._send_bytes(data)
                     return
-                _posix.ready(self.fileno(), None, select.POLLOUT)  # waiting for room stays interruptible
-                with _posix.interrupts_deferred():
-                    self.send_bytes(data)
-                    written = True
+                send_whole(self, data, sent)
             except BaseException:
-                if not written:
+                if not sent:  # nobody will load a message that never went out whole
                     for release in handed_out:
                         release()
                 raise
+
+    def _sent(self) -> None:
+        """Called in the step that wrote a whole message (a manager's connection notes its reply owed)."""
 
     def recv(self) -> Any:
         """Receive an object sent by the other end (waiting for one is interruptible); once a
         message begins to arrive, it is read and loaded whole, and an interrupt meanwhile is
         raised after: a message half read would leave the rest to be read as the next one,
         and one read but not loaded would keep the shared arrays it carries until the
-        program ends."""
-        if not self.readable:  # a closed end is refused by fileno()
-            raise OSError("connection is write-only")
+        program ends. A second interrupt while the message is read closes the connection."""
+        self._check_closed()
+        self._check_readable()
         _posix.ready(self.fileno(), None)
-        with _posix.interrupts_deferred():
-            return _pickling.loads_whole(self.recv_bytes())
+        return _receive(self)
+
+
+def send_whole(conn: Connection, data: bytes, sent: List[bool]) -> None:
+    """Send ``data``, the pickle of a message that carries shared-memory tickets, so that its
+    reader never sees half of it; ``sent`` gets True once it is out (else the caller gives
+    the tickets back).
+
+    A message that fits the pipe or socket is written once it has room for all of it, and
+    an interrupt while it waits leaves it unsent. A bigger one goes out as its reader takes
+    it; an interrupt then waits for the rest at most ``CUT_AFTER`` seconds, and a second one
+    not at all: the connection is closed, and its reader gets an end of file (or an error),
+    never half a message followed by the next."""
+    size = len(data)
+    header = struct.pack("!i", size) if size <= 0x7fffffff else struct.pack("!iQ", -1, size)
+    fd, need = conn.fileno(), len(header) + size
+    if need <= select.PIPE_BUF:  # one write, whole once the pipe has a page free
+        _posix.ready(fd, None, select.POLLOUT)
+        _write_whole(conn, header, data, sent, True)
+        return
+    free, capacity = _posix.room(fd) or (0, 0)
+    while free < need <= capacity:  # it will fit once the reader makes room
+        time.sleep(0.01)  # (a pipe polls writable with one page free)
+        free, capacity = _posix.room(fd) or (0, 0)
+    _write_whole(conn, header, data, sent, free >= need)
+
+
+CUT_AFTER = 0.5
+
+
+@_interrupts.step
+def _write_whole(conn: Connection, header: bytes, data: bytes, sent: List[bool], fits: bool) -> None:
+    if fits:
+        conn._send(header + data)
+        conn._sent()
+        sent.append(True)
+        return
+    fd = conn.fileno()
+    started, deadline = False, None
+    try:
+        for part in (header, data):
+            view = memoryview(part).cast("B")
+            while view:
+                if _posix.ready(fd, 0.05, select.POLLOUT):  # each write fits: none blocks
+                    view = view[os.write(fd, view[:max((_posix.room(fd) or (0, 0))[0], select.PIPE_BUF)]):]
+                    started = True
+                if _interrupts.pending():
+                    deadline = deadline or time.monotonic() + CUT_AFTER
+                    if time.monotonic() > deadline:  # nobody takes the rest: the interrupt goes through
+                        _interrupts.escape()
+    except BaseException:
+        if started:
+            conn.close()
+        raise
+    conn._sent()
+    sent.append(True)
+
+
+@_interrupts.step
+def _receive(conn: Connection) -> Any:
+    try:
+        view = conn._recv_bytes().getbuffer()
+    except KeyboardInterrupt:  # a second interrupt in the middle: the rest would be read as the next message
+        conn.close()
+        raise
+    try:
+        return _pickling.loads_whole(view)
+    finally:
+        # Let the buffer go now: if the load raised, the traceback's frames keep the view,
+        # and a garbage cycle through them made the BytesIO's finalizer fail to close it
+        # ("BufferError: Existing exports of data", printed as an ignored exception).
+        view.release()
 
 
 def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:

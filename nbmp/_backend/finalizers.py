@@ -3,7 +3,7 @@
 ``weakref.finalize`` runs its callback inside the garbage collector's or the last
 reference's frame, where an exception cannot reach the user: Python prints a
 KeyboardInterrupt raised there and drops it. nbmp's callbacks hold SIGINT while they
-run (``posix.interrupts_held``), but a few Python steps run before they can: the
+run (``interrupts.held``), but a few Python steps run before they can: the
 interrupt button pressed at that moment was lost, and the cleanup (a segment's
 release) never ran.
 
@@ -24,7 +24,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Tuple
 
-from . import posix as _posix
+from . import interrupts as _interrupts
 
 __all__ = ["on_death"]
 
@@ -52,16 +52,17 @@ def _died(ref: "weakref.ref[Any]", _exiting: List[bool] = _exiting) -> None:
     # Bound as a default: module globals may already be None while the interpreter exits.
     if _exiting[0]:
         return
-    with _posix.interrupts_held():
-        _run(id(ref))
+    _run(id(ref))
 
 
+@_interrupts.held
 def _run(key: int) -> None:
     entry = _entries.pop(key, None)  # atomic: a sweep in another thread cannot run it twice
     if entry is not None:
         entry[1](*entry[2])
 
 
+@_interrupts.held
 def _sweep() -> None:
     """Run the cleanups of the objects that died without theirs (an interrupt skipped it)."""
     for key, (ref, _, _) in list(_entries.items()):
@@ -71,9 +72,8 @@ def _sweep() -> None:
 
 def _unraisable(unraisable: Any) -> None:
     if _from_died(unraisable) and issubclass(unraisable.exc_type, KeyboardInterrupt) and not _exiting[0]:
-        with _posix.interrupts_held():
-            _sweep()
-        _posix.resend_interrupt()
+        _sweep()
+        _interrupts.resend()
         return
     _previous_hook[0](unraisable)
 

@@ -22,7 +22,7 @@ from multiprocessing import connection as _stdconnection, managers, process
 from typing import Any, Optional
 
 from .._base import checks as _checks
-from . import connection, context, posix
+from . import connection, context, interrupts, posix
 
 __all__ = ["SERIALIZER", "Server", "SharedMemoryServer", "StartsFromNbmp"]
 
@@ -60,20 +60,32 @@ class _ProxyConnection(connection.Connection):
     _authkey: Optional[bytes]
     _owed = False  # a request was sent whose reply is not read yet
 
+    def send(self, obj: Any) -> None:
+        """Send a request: a reply owed to an earlier one is settled first, and the request,
+        once it may start going out, is written whole and marked as owing its reply (an
+        interrupt meanwhile is raised after: the bytes are out, and the mark says so)."""
+        if self._owed:
+            self._settle()
+        super().send(obj)
+
     def _send_bytes(self, buf: Any) -> None:
-        # Under every send: a reply owed to an earlier request is settled first, and the
-        # request, once it may start going out, is written whole and marked as owing its reply
-        # (an interrupt meanwhile is raised after: the bytes are out, and the mark says so).
+        # Under a send of a request that carries no shared array (one that does: send_whole).
         if self._owed:
             self._settle()
         posix.ready(self.fileno(), None, select.POLLOUT)
-        with posix.interrupts_deferred():
-            super()._send_bytes(buf)  # type: ignore[misc]  # stdlib private: typeshed omits it
-            self._owed = True
+        self._send_owing(buf)
+
+    @interrupts.step
+    def _send_owing(self, buf: Any) -> None:
+        super()._send_bytes(buf)
+        self._sent()
+
+    def _sent(self) -> None:
+        self._owed = True
 
     def _recv_bytes(self, maxsize: Any = None) -> Any:
         # Under every receive (read whole, with interrupts deferred: see Connection.recv).
-        buf = super()._recv_bytes(maxsize)  # type: ignore[misc]  # as above
+        buf = super()._recv_bytes(maxsize)
         self._owed = False
         return buf
 
@@ -82,14 +94,15 @@ class _ProxyConnection(connection.Connection):
         reply given up on that comes in time is read first and dropped: the shared arrays it
         carries are released, not left held until the program ends."""
         if self._owed and not self.closed:
-            # Held, not raised: this runs in a proxy's finalizer, where Python would print an
-            # interrupt and drop it; held, it is sent again once the finalizer has returned.
-            with posix.interrupts_held():
-                try:
-                    self._settle(reconnect=False)
-                except (OSError, EOFError):  # the server has gone: its reply with it
-                    pass
+            self._drop_reply()
         super().close()
+
+    @interrupts.held  # not raised: this runs in a proxy's finalizer, where Python would print an interrupt and drop it
+    def _drop_reply(self) -> None:
+        try:
+            self._settle(reconnect=False)
+        except (OSError, EOFError):  # the server has gone: its reply with it
+            pass
 
     def _settle(self, reconnect: bool = True) -> None:
         if posix.ready(self.fileno(), _SETTLE_WAIT):  # the reply came: dropped, with what it holds
@@ -231,20 +244,20 @@ class StartsFromNbmp:
             raise
 
     @staticmethod
+    @interrupts.step
     def _finalize_manager(*args: Any, **kwargs: Any) -> None:
         # What ``shutdown()`` (and the end of a ``with`` block, and the program's exit) runs,
         # once: an interrupt in the middle would leave the server running with nothing left
         # to stop it. Deferred, it is raised once the server has ended.
-        with posix.interrupts_deferred():
-            managers.BaseManager._finalize_manager(*args, **kwargs)  # type: ignore[attr-defined]  # stdlib private
+        managers.BaseManager._finalize_manager(*args, **kwargs)  # type: ignore[attr-defined]  # stdlib private
 
 
+@interrupts.step
 def _stop(process: Any) -> None:
     if process.pid is None:  # never started
         return
-    with posix.interrupts_deferred():
-        process.terminate()  # SIGTERM: the server ignores SIGINT
-        process.join(5)
-        if process.exitcode is None:
-            process.kill()
-            process.join()
+    process.terminate()  # SIGTERM: the server ignores SIGINT
+    process.join(5)
+    if process.exitcode is None:
+        process.kill()
+        process.join()

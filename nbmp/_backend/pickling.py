@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Set, 
 import cloudpickle
 
 from .._base.exceptions import NbmpError
-from . import main_module as _main_module, posix as _posix
+from . import interrupts as _interrupts, main_module as _main_module
 
 __all__ = ["PicklingError", "Pickled", "dumps", "dumps_plain", "plain", "loads", "loads_whole", "dumps_reusable", "check_picklable", "probing", "note_single_use",
            "collecting_single_use", "sending_to", "receivers_inherited", "register_reducer", "register_framework_reducers", "refused_by_pickler",
@@ -335,6 +335,7 @@ def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
         _state.releases = outer
 
 
+@_interrupts.step
 def loads_whole(data: Any) -> Any:
     """``pickle.loads(data)`` with an interrupt of the main thread held until the load ends.
 
@@ -343,8 +344,7 @@ def loads_whole(data: Any) -> Any:
     until the root process exits. Loaded whole, the object is dropped if the interrupt
     then comes, and what it holds is released with it.
     """
-    with _posix.interrupts_deferred():
-        return pickle.loads(data)
+    return pickle.loads(data)
 
 
 def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:

@@ -1,46 +1,47 @@
-"""The platform-specific pieces of running workers: parent-death signals, SIGINT
-handling and C stdio, each a no-op where the platform lacks it.
+"""The platform-specific pieces of running workers: parent-death signals, pipes, threads'
+names and C stdio, each a no-op where the platform lacks it.
 
-Kept apart so that the rest of nbmp never calls ``prctl`` or touches signal masks
-directly, and so that one module says what happens on Linux, other POSIX systems
-and Windows.
+Kept apart so that the rest of nbmp never calls ``prctl`` directly, and so that one
+module says what happens on Linux, other POSIX systems and Windows.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import select
-import _thread
+import socket
+import stat
+import struct
+import termios
 import fcntl
 import _signal  # type: ignore[import-not-found]  # the C module under signal.py: typeshed has no stub
 import signal
 import sys
 import threading
 import time
-from types import FrameType
-from typing import Any, Optional, Tuple, cast
+from typing import Any, Dict, List, Optional, Tuple, cast
 
-_SIGINT = int(signal.SIGINT)
 _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
-    "prepare", "alive", "die_with_parent", "interrupts_blocked", "interrupts_deferred", "interrupts_held", "ignore_interrupts", "allow_interrupts",
-    "default_termination", "widen_pipe", "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp",
-    "INTERRUPT_SLICE", "ready", "read_nowait",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "default_termination", "widen_pipe",
+    "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "room", "ready", "read_nowait",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 # Workers get SIGTERM when their parent dies: it ends them at once unless they chose
-# to handle it (SIGINT is ignored in workers, see ignore_interrupts).
+# to handle it (SIGINT is ignored in workers, see interrupts.for_worker).
 DEATH_SIGNAL = getattr(signal, "SIGTERM", None)
 _DEATH = -1 if DEATH_SIGNAL is None else int(DEATH_SIGNAL)  # a plain int: no enum code in a fresh fork
 
 _libc: Optional[Any] = None  # Any: a ctypes.CDLL, whose functions ctypes types as Any; False once loading failed
 
 
-def _load_libc() -> Optional[Any]:
+def load_libc() -> Optional[Any]:
+    """The running program's C library (ctypes), or None where there is none."""
     global _libc
     if _libc is None and os.name == "posix":
         import ctypes  # lazily: ``import nbmp`` stays cheap
@@ -62,7 +63,7 @@ def prepare() -> None:
     if _prepared or not sys.platform.startswith("linux"):
         return
     _prepared = True
-    libc = _load_libc()
+    libc = load_libc()
     if libc is not None:
         for name in ("prctl", "fflush"):  # ctypes keeps a function made at its first lookup
             getattr(libc, name, None)
@@ -84,7 +85,7 @@ def die_with_parent(parent_pid: int, direct: bool) -> None:
     if not direct:
         _watch(parent_pid)
         return
-    libc = _libc or _load_libc()  # loaded by prepare() in the parent: no call in a fresh fork
+    libc = _libc or load_libc()  # loaded by prepare() in the parent: no call in a fresh fork
     if libc is None or libc.prctl(_PR_SET_PDEATHSIG, _DEATH, 0, 0, 0) != 0:
         return
     # The parent may have died before prctl ran; then no signal would ever come.
@@ -137,6 +138,44 @@ def alive(pid: int) -> bool:
         return True
 
 
+def signal_descendants(pid: int, signum: int) -> None:
+    """Send ``signum`` to the processes that process ``pid`` started, and theirs, in its process
+    group (one started in a session of its own, ``start_new_session=True``, is left alone with
+    its own), before ``pid`` itself is stopped: once it is gone, its orphans are the init
+    process's and can no longer be told apart. Read from /proc: nothing where there is none."""
+    children, groups = _process_tree(pid)
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if groups[child] == groups.get(pid):
+                todo.append(child)
+                try:
+                    os.kill(child, signum)
+                except OSError:  # gone since
+                    pass
+
+
+_tree: Tuple[float, Dict[int, List[int]], Dict[int, int]] = (0.0, {}, {})
+
+
+def _process_tree(pid: int) -> Tuple[Dict[int, List[int]], Dict[int, int]]:
+    """Every process's children and process group, read again unless read in the last 0.1 s
+    with ``pid`` in it (a Pool's end stops each of its workers in turn)."""
+    global _tree
+    if time.monotonic() - _tree[0] >= 0.1 or pid not in _tree[2]:
+        children: Dict[int, List[int]] = {}
+        groups: Dict[int, int] = {}
+        for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    ppid, groups[int(name)] = (int(field) for field in f.read().rsplit(b")", 1)[1].split()[1:3])
+            except (OSError, ValueError):  # not a process, or gone since
+                continue
+            children.setdefault(ppid, []).append(int(name))
+        _tree = (time.monotonic(), children, groups)
+    return _tree[1], _tree[2]
+
+
 def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -154,134 +193,10 @@ does not block it, and Python raises it in the main thread only at its next byte
 an untimed lock wait never reaches. Waiting in slices, the interrupt is raised within one."""
 
 
-class interrupts_blocked:
-    """Block SIGINT in the calling thread while workers are started.
-
-    A child inherits its creator's signal mask (across fork and exec), so a SIGINT
-    sent to the process group while a worker starts up stays pending in the worker
-    until it has set SIGINT to ignored, instead of printing a KeyboardInterrupt
-    traceback from the middle of its bootstrap. The parent's own interrupt is only
-    delayed: it is delivered on leaving the block. A class calling ``_signal``, not a
-    generator calling ``signal`` (whose enum conversions touch many objects): it runs
-    between two forks of a round, where each page written is copied once per child.
-    """
-
-    __slots__ = ("previous",)
-
-    def __enter__(self) -> None:
-        self.previous = _signal.pthread_sigmask(_signal.SIG_BLOCK, (_SIGINT,)) if _HAS_SIGMASK else None
-
-    def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            _signal.pthread_sigmask(_signal.SIG_SETMASK, self.previous)
-
-
-_HAS_SIGMASK = hasattr(_signal, "pthread_sigmask")
-
-
-class _Recorder(list[Optional[FrameType]]):
-    """The SIGINT handler while an interrupt is held: the list of the frames it came in
-    (a list itself: made without a Python ``__init__``, on every hold's path)."""
-
-    __slots__ = ()
-
-    def __call__(self, signum: int, frame: Optional[FrameType]) -> None:
-        self.append(frame)
-
-
-class interrupts_deferred:
-    """Hold back the main thread's SIGINT handler (KeyboardInterrupt) until the block ends.
-
-    For the start of a run: an interrupt that lands while the workers and their
-    supervising thread start would leave the run half-owned (a thread already reading
-    pipes that the caller then closes). Deferred, it is raised on leaving the block,
-    where the caller stops the run through its supervisor. Outside the main thread,
-    or under a handler set from C, nothing changes. A class, not a generator: it is on
-    the path of every receive, where a generator's frame would cost more.
-    """
-
-    __slots__ = ("previous", "frames")
-
-    def __enter__(self) -> None:
-        self.frames: Optional[list[Optional[FrameType]]] = None
-        # _signal, not signal: its Python wrapper converts enums, at some µs a call.
-        current = _signal.getsignal(signal.SIGINT)
-        if current is None or current.__class__ is _Recorder:  # from C, or inside another hold: it delivers
-            return
-        if _thread.get_ident() == threading.main_thread().ident:
-            recorder = _Recorder()
-            self.previous = _signal.signal(signal.SIGINT, recorder)
-            self.frames = recorder
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.frames is None:
-            return
-        _signal.signal(signal.SIGINT, self.previous)
-        if self.frames:
-            if callable(self.previous):
-                self.previous(signal.SIGINT, self.frames[0])
-            elif self.previous == signal.SIG_DFL:
-                os.kill(os.getpid(), signal.SIGINT)
-
-
-class interrupts_held(interrupts_deferred):
-    """Hold the main thread's SIGINT while the block runs, then send it again a moment later.
-
-    For cleanup that runs where an exception cannot reach the user -- a weakref
-    finalizer, where Python prints a KeyboardInterrupt and drops it -- and that must
-    not stop halfway (a mapping half-forgotten, a release never sent). The interrupt
-    is sent to the main thread again from a helper thread a few milliseconds later,
-    once the finalizer has returned, so it is raised in the user's code. A class, not
-    a generator: as few Python steps as possible run unprotected on either side.
-    """
-
-    __slots__ = ()  # the same recording as interrupts_deferred; only the delivery differs
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.frames is None:
-            return
-        if self.frames:  # the resend is started before the handler is back: it comes after we return
-            resend_interrupt()
-        _signal.signal(signal.SIGINT, self.previous)
-
-
-def resend_interrupt() -> None:
-    """Send SIGINT to the main thread again a few milliseconds from now, from a helper
-    thread: for an interrupt caught where it cannot be raised (a finalizer), so that it
-    is raised in the user's code once the finalizer has returned."""
-    try:
-        threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,),
-                         name="nbmp-interrupt", daemon=True).start()
-    except RuntimeError:  # the interpreter is shutting down: nobody is left to interrupt
-        pass
-
-
-def _resend_sigint(thread_id: int) -> None:
-    time.sleep(0.005)  # let the finalizer that held it return first
-    signal.pthread_kill(thread_id, signal.SIGINT)
-
-
-def ignore_interrupts() -> None:
-    """In a worker: ignore SIGINT, then unblock it (a pending one is discarded).
-
-    The notebook's interrupt button and a terminal's Ctrl-C signal the whole process
-    group; the parent stops the workers itself, so a worker must not die with a
-    KeyboardInterrupt traceback of its own.
-    """
-    # _signal, not signal: the wrapper's enum conversions touch pages a fresh fork shares
-    # with its parent (each first write a copy-on-write fault); _signal's do not.
-    try:
-        _signal.signal(_SIGINT, _signal.SIG_IGN)
-    except ValueError:  # not the main thread: nothing to change
-        return
-    if hasattr(_signal, "pthread_sigmask"):
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (_SIGINT,))
-
-
 def default_termination() -> None:
     """SIGTERM back to its default (the process dies): a handler inherited from the parent
     (a kernel's) must not keep a worker alive through ``terminate()``. Through ``_signal``,
-    as :func:`ignore_interrupts`."""
+    as :func:`interrupts.for_worker`."""
     _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
@@ -308,15 +223,50 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
             return 0
 
 
+def room(fd: int) -> Optional[Tuple[int, int]]:
+    """How many bytes a write to the pipe or stream socket behind ``fd`` takes now without
+    waiting, at least, and how many it would take empty; None where that cannot be known.
+
+    Example::
+
+        >>> r, w = os.pipe()
+        >>> room(w)[0] == room(w)[1] >= 4096
+        True
+    """
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):  # its capacity less what is unread, a page per end spare
+            capacity = int(fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)) - 2 * mmap.PAGESIZE
+            return capacity - _count(fd, termios.FIONREAD), capacity
+        sock = socket.socket(fileno=fd)
+        try:  # a socket's bytes in flight count twice against its send buffer, with their bookkeeping
+            capacity = sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) // 2
+        finally:
+            sock.detach()
+        return capacity - _count(fd, termios.TIOCOUTQ), capacity
+    except (AttributeError, OSError):  # not Linux, or neither a pipe nor a socket
+        return None
+
+
+def _count(fd: int, request: int) -> int:
+    return int(struct.unpack("i", fcntl.ioctl(fd, request, b"\0\0\0\0"))[0])
+
+
 def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> bool:
     """Whether ``fd`` is ready for ``events`` (default: has data, or EOF) within ``timeout``
-    seconds (None: wait); interruptible.
+    seconds (None: wait); interruptible, within ``INTERRUPT_SLICE`` whichever thread the
+    interrupt was given to.
 
-    One ``poll`` call: ``Connection.poll`` builds a selector per call, at a few µs.
+    ``poll`` calls: ``Connection.poll`` builds a selector per call, at a few µs.
     """
     poller = select.poll()
     poller.register(fd, events)
-    return bool(poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        left = INTERRUPT_SLICE if deadline is None else min(INTERRUPT_SLICE, deadline - time.monotonic())
+        if poller.poll(max(0, math.ceil(left * 1000))):
+            return True
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
 
 
 def read_nowait(fd: int, size: int) -> Optional[bytes]:
@@ -391,14 +341,14 @@ _PR_SET_NAME, _PR_GET_NAME = 15, 16  # from <linux/prctl.h>
 def set_thread_name(name: str) -> None:
     """Name the calling thread for the OS (``top -H``, ``ps -L``; Linux keeps 15 bytes), as
     ``torch.multiprocessing._set_thread_name`` does. A no-op where there is no ``prctl``."""
-    libc = _load_libc() if sys.platform.startswith("linux") else None
+    libc = load_libc() if sys.platform.startswith("linux") else None
     if libc is not None:
         libc.prctl(_PR_SET_NAME, name.encode()[:15], 0, 0, 0)
 
 
 def get_thread_name() -> str:
     """The calling thread's OS name (see :func:`set_thread_name`); "" where unknown."""
-    libc = _load_libc() if sys.platform.startswith("linux") else None
+    libc = load_libc() if sys.platform.startswith("linux") else None
     if libc is None:
         return ""
     import ctypes
@@ -407,17 +357,11 @@ def get_thread_name() -> str:
     return buf.value.decode(errors="replace")
 
 
-def allow_interrupts() -> None:
-    """Unblock SIGINT in this thread (a child that inherited a blocked mask it should not keep)."""
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def flush_c_stdio() -> None:
     """Flush C's stdio buffers (``printf`` from C extensions).
 
     Workers leave through ``os._exit``, which skips libc's own flush at exit.
     """
-    libc = _libc or _load_libc()
+    libc = _libc or load_libc()
     if libc is not None:
         libc.fflush(None)

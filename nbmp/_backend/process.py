@@ -17,6 +17,7 @@ children are started by ``nbmp._backend.popen_fork.Popen``, which runs nbmp's fo
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from multiprocessing import process
@@ -24,7 +25,7 @@ from typing import Any, Callable, Optional, Protocol, Tuple
 
 from .. import _forking
 from .._base import checks as _checks
-from . import cells as _cells, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
+from . import cells as _cells, interrupts as _interrupts, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
 from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
 if sys.platform != "win32":  # at import: the standard launch's modules bound before a program can put nbmp in their place
     from . import popen_spawn as _popen_spawn
@@ -90,6 +91,21 @@ class _NbmpProcess(process.BaseProcess):
             return
         _start_unchecked(self)
 
+    def terminate(self) -> None:
+        """SIGTERM to the process; a worker's, to the programs it started first (see
+        ``interrupts.for_worker``): they must not outlive a stopped run."""
+        self._stop_descendants(signal.SIGTERM)
+        super().terminate()
+
+    def kill(self) -> None:
+        """SIGKILL to the process (a worker's: to the programs it started first)."""
+        self._stop_descendants(signal.SIGKILL)
+        super().kill()
+
+    def _stop_descendants(self, signum: int) -> None:
+        if self.launch.worker and self.pid is not None and self.exitcode is None:  # alive: its pid is its own
+            _posix.signal_descendants(self.pid, signum)
+
     def _bootstrap(self, parent_sentinel: Optional[int] = None) -> int:
         if self.launch.worker:
             self._start_worker()
@@ -97,14 +113,14 @@ class _NbmpProcess(process.BaseProcess):
             if os.getppid() != self._parent_pid:  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
                 # Forked by a fork server that nbmp started while SIGINT was blocked for its
                 # workers: a plain Process gets the standard behaviour back.
-                _posix.allow_interrupts()
+                _interrupts.allow()
             _forking.start_child(self.launch)  # reports its handlers' errors itself; never raises
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
     def _start_worker(self) -> None:
         """A worker's first steps, any start method: SIGINT ignored, death with its starter,
         nbmp's fork-safety resets."""
-        _posix.ignore_interrupts()
+        _interrupts.for_worker()
         parent = self.launch.parent
         # Not direct under forkserver (the server is the OS parent), nor when a thread other
         # than the main one started us (the death signal would come when that thread ends).
@@ -187,7 +203,7 @@ def _start_unchecked(proc: process.BaseProcess) -> None:
     _posix.prepare()
     # Blocked from before the fork (or exec) until the worker has set SIGINT to ignored:
     # an interrupt of the whole process group meanwhile stays pending, then is dropped.
-    with _posix.interrupts_blocked():
+    with _interrupts.blocked():
         proc._popen = proc._Popen(proc)  # type: ignore[attr-defined]  # as above
     proc._sentinel = proc._popen.sentinel  # type: ignore[attr-defined]  # as above
     del proc._target, proc._args, proc._kwargs  # type: ignore[attr-defined]  # as the standard start: no cycle through the target

@@ -26,13 +26,13 @@ import select
 import time
 from multiprocessing import queues
 from queue import Empty, Full
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from .. import _forking
-from . import connection as _connection, pickling as _pickling, posix as _posix
+from . import connection as _connection, interrupts as _interrupts, pickling as _pickling, posix as _posix
 
 if TYPE_CHECKING:
-    from multiprocessing import connection, synchronize
+    from multiprocessing import synchronize
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 
@@ -58,11 +58,7 @@ class _ByNbmp:
             wait = None if deadline is None else deadline - time.monotonic()
             if not _posix.ready(self._reader.fileno(), wait if block else 0):  # type: ignore[attr-defined]
                 raise Empty
-            with _posix.interrupts_deferred():
-                data = self._recv_bytes()  # type: ignore[attr-defined]
-                self._sem.release()  # type: ignore[attr-defined]
-                rlock.release()  # loaded outside the lock, as the stdlib does
-                return _pickling.loads(data)
+            return _take(self, rlock)
         finally:
             # Asked of the lock, not of a flag: an interrupt can land the moment acquire returns,
             # before any flag is set, and the lock would stay held for every later get.
@@ -79,7 +75,8 @@ class _ByNbmp:
         queued the item whole or gave back the shared-memory tickets its pickle held."""
         if self._closed:  # type: ignore[attr-defined]  # stdlib private: the stdlib checks it first
             raise ValueError(f"Queue {self!r} is closed")
-        acquired = queued = False
+        acquired = False
+        queued: List[bool] = []
         with _pickling.collecting_single_use() as handed_out:
             try:
                 with _PICKLING:  # a Pool's or an executor's background thread may put here
@@ -87,9 +84,7 @@ class _ByNbmp:
                 acquired = self._sem.acquire(block, timeout)  # type: ignore[attr-defined]  # stdlib private
                 if not acquired:
                     raise Full
-                with _posix.interrupts_deferred():  # a held interrupt is raised once the item is queued
-                    self._enqueue(data)
-                    queued = True
+                _hand_over(self, data, queued)
             except BaseException:  # queue.Full, or an interrupt before the item was queued
                 if not queued:  # nobody will load this pickle
                     if acquired:
@@ -104,6 +99,22 @@ class _ByNbmp:
                 self._start_thread()  # type: ignore[attr-defined]
             self._buffer.append(_pickling.Pickled(item))  # type: ignore[attr-defined]
             self._notempty.notify()  # type: ignore[attr-defined]
+
+
+@_interrupts.step
+def _take(queue: Any, rlock: Any) -> Any:
+    # From the moment the bytes are read until they are loaded: the item is loaded whole.
+    data = queue._recv_bytes()
+    queue._sem.release()
+    rlock.release()  # loaded outside the lock, as the stdlib does
+    return _pickling.loads(data)
+
+
+@_interrupts.step
+def _hand_over(queue: Any, data: bytes, queued: List[bool]) -> None:
+    # An interrupt meanwhile is raised once the item is queued.
+    queue._enqueue(data)
+    queued.append(True)
 
 
 class Queue(_ByNbmp, queues.Queue):  # type: ignore[type-arg]  # queues.Queue[Any] fails at runtime before Python 3.12
@@ -126,8 +137,8 @@ class SimpleQueue(queues.SimpleQueue[Any]):
     """``multiprocessing.SimpleQueue`` with cloudpickle."""
 
     # Set by the stdlib's __init__; typeshed declares none of them.
-    _reader: connection.Connection
-    _writer: connection.Connection
+    _reader: _connection.Connection
+    _writer: _connection.Connection
     _wlock: Optional[synchronize.Lock]
 
     def __init__(self, *, ctx: Any) -> None:
@@ -140,6 +151,7 @@ class SimpleQueue(queues.SimpleQueue[Any]):
     def get(self) -> Any:
         """Remove and return an item (waiting for one); loaded whole, as ``Connection.recv``."""
         with self._rlock:  # type: ignore[attr-defined]  # stdlib private, set by __init__
+            _posix.ready(self._reader.fileno(), None)  # interruptible, whichever thread the interrupt went to
             data = self._reader.recv_bytes()
         return _pickling.loads_whole(data)
 
@@ -147,8 +159,8 @@ class SimpleQueue(queues.SimpleQueue[Any]):
         """Put ``obj`` on the queue; it is pickled by nbmp's pickler (cloudpickle).
 
         An item carrying shared-memory tickets is either written whole or, interrupted
-        before that, gives its tickets back; waiting for room in the pipe stays interruptible."""
-        written = False
+        before that, gives its tickets back (see ``connection.send_whole``)."""
+        written: List[bool] = []
         with _pickling.collecting_single_use() as handed_out:
             try:
                 with _PICKLING:  # a Pool's task-handler thread puts here
@@ -157,12 +169,7 @@ class SimpleQueue(queues.SimpleQueue[Any]):
                     if not handed_out:  # nothing to give back: written as the stdlib does
                         self._writer.send_bytes(data)
                         return
-                    _posix.ready(self._writer.fileno(), None, select.POLLOUT)
-                    # Written with interrupts held (a held one is raised after): an interrupt
-                    # once the bytes are out must not give back tickets a reader will take.
-                    with _posix.interrupts_deferred():
-                        self._writer.send_bytes(data)
-                        written = True
+                    _connection.send_whole(self._writer, data, written)
             except BaseException:  # an interrupt before the item was written: nobody will load it
                 if not written:
                     for release in handed_out:  # its shared-memory tickets go back

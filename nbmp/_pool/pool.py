@@ -33,7 +33,7 @@ from multiprocessing import pool as _stdpool
 from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
 
 from . import progress as _progress
-from .._backend import daemons as _daemons, default_context, plugin as _plugin, posix as _posix, register_factory
+from .._backend import daemons as _daemons, default_context, interrupts as _interrupts, plugin as _plugin, posix as _posix, register_factory
 from .._backend.main_module import Initializer
 from .._backend.popen_fork import fork_round
 from .._base import RunFinished, RunStarted, TaskProgress, WorkerExited, checks as _checks, new_run_id
@@ -113,15 +113,18 @@ class Pool(_stdpool.Pool):
             context = default_context.get_context()
         self._watch = Watch(processes or os.cpu_count() or 1)
         try:
-            # An interrupt while the workers and threads start is raised once they all run,
-            # so that terminate() can stop them all (the stdlib leaves started workers behind).
-            with _posix.interrupts_deferred():
-                super().__init__(processes, initializer, initargs, maxtasksperchild, context)
-                self._watch.start(self)
+            self._start(processes, initializer, initargs, maxtasksperchild, context)
         except KeyboardInterrupt:
             if self._state == _stdpool.RUN:
                 self.terminate()
             raise
+
+    @_interrupts.step
+    def _start(self, *args: Any) -> None:
+        # An interrupt while the workers and threads start is raised once they all run,
+        # so that terminate() can stop them all (the stdlib leaves started workers behind).
+        super().__init__(*args)
+        self._watch.start(self)
 
     # -- workers ---------------------------------------------------------------------
 
@@ -235,17 +238,17 @@ class Pool(_stdpool.Pool):
         self._watch.release_unread()
         self._drop_queues()
 
+    @_interrupts.step
     def _drop_queues(self) -> None:
         # A finished Pool no longer needs its queues, and under spawn/forkserver their
         # named semaphores stay in /dev/shm while anything (a result, a traceback's frame
         # in a notebook) keeps the Pool alive: let them go now. Their connections' __del__
         # runs here, in the caller's thread: an interrupt landing in one would be printed
         # and dropped ("Exception ignored in ... __del__"), so it is raised after them.
-        with _posix.interrupts_deferred():
-            self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
-            self._cache.notifier = self._change_notifier = None
-            self._watch.inqueue = self._watch.outqueue = None
-            self._watch.drop_reader()
+        self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
+        self._cache.notifier = self._change_notifier = None
+        self._watch.inqueue = self._watch.outqueue = None
+        self._watch.drop_reader()
 
     def _check_running(self) -> None:
         if self._watch.broken and self._state != _stdpool.RUN:

@@ -28,7 +28,7 @@ from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]  # typeshed omits these runtime names
 from typing import Any, Callable, Optional, Sequence
 
-from .._backend import finalizers as _finalizers, pickling as _pickling, posix as _posix
+from .._backend import finalizers as _finalizers, interrupts as _interrupts, pickling as _pickling, posix as _posix
 from .errors import wrap_task_exception
 
 __all__ = ["worker", "load_function", "Slot", "Notice", "Timed", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
@@ -159,7 +159,7 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     # Through _signal (the signal module's wrapper writes shared pages in a fresh fork). An nbmp
     # process ignores SIGINT from its start already; a standard one (a Pool given a
     # standard context) does from here.
-    _posix.ignore_interrupts()
+    _interrupts.for_worker()
     _posix.default_termination()
     slot = slot.view  # the stores below are the per-task cost of crash tracking
     inqueue._writer.close()

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence, Set, Tuple, cast
 
-from .._backend import posix as _posix
+from .._backend import interrupts as _interrupts, posix as _posix
 from .._base import util as _util
 from .._base.util import ISSUES
 from . import _janitor
@@ -131,13 +131,14 @@ def send(root: str, message: str, fds: Sequence[int] = ()) -> None:
             conn.sendall(data)
 
 
+@_interrupts.step
 def request(root: str, message: str) -> Tuple[str, List[int]]:
     """Send ``message`` and wait for the janitor's one-line reply (and any fds with it).
 
     An interrupt is held until the reply is read: one raised in between would leave the
     reply in the socket, to be read as the answer to the next request. A reply that does
     not come in time is owed: the next request reads it first and throws it away."""
-    with _lock, _posix.interrupts_deferred():
+    with _lock:
         conn = _connection(root)
         if conn in _owed:  # at most one: no request is sent before the last one's reply is read
             _, stale = _reply(conn, root, message)
@@ -150,16 +151,25 @@ def request(root: str, message: str) -> Tuple[str, List[int]]:
 
 
 def _reply(conn: socket.socket, root: str, message: str) -> Tuple[bytes, List[int]]:
-    conn.settimeout(REPLY_TIMEOUT)
+    # Waited for in slices: a second interrupt, given to another thread, still reaches this one.
+    conn.settimeout(_posix.INTERRUPT_SLICE)
+    deadline = time.monotonic() + REPLY_TIMEOUT
     data, fds = b"", cast(List[int], [])
     try:
         while not data.endswith(b"\n"):
-            chunk, new_fds, _, _ = socket.recv_fds(conn, 256, 4)
+            try:
+                chunk, new_fds, _, _ = socket.recv_fds(conn, 256, 4)
+            except TimeoutError:
+                if time.monotonic() < deadline:
+                    continue
+                raise
             if not chunk:
                 raise ConnectionError("nbmp's shared-memory janitor went away (its root process exited)")
             data, fds = data + chunk, fds + new_fds
-    except TimeoutError:
+    except BaseException as given_up:
         _close_all(fds)
+        if not isinstance(given_up, TimeoutError):
+            raise
         raise TimeoutError(f"nbmp's shared-memory janitor (of process {_pid(root)}) did not answer "
                            f"{message.split(' ')[0].strip()!r} within {REPLY_TIMEOUT:g} s. It serves every "
                            f"process of this tree one message at a time: a machine swapping hard, or a "

@@ -18,9 +18,9 @@ import functools
 import itertools
 import os
 import secrets
-from typing import Any, Callable, NamedTuple, Optional, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
-from .._backend import pickling as _pickling, posix as _posix
+from .._backend import interrupts as _interrupts, pickling as _pickling
 from . import _client, _pocket, _pool, _space, _strategies
 from ._registry import Buffer, Mapped, find, live, map_fd, mapped_here, register
 
@@ -88,12 +88,9 @@ def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None, zer
     size = max(nbytes, 1)
     root = _client.tree_root()
     poolable = opened is None and _pool.poolable(size)
-    with _posix.interrupts_deferred():  # a segment claimed from the pool is registered, or never claimed
-        entry = _pool.claim(root, size, "-") if poolable else None
-        if entry is not None:
-            mm = entry.buffer()
-            register(root, entry.seg, entry.size, "-", mm, poolable=True)
-    if entry is not None:
+    reused = _reuse(root, size) if poolable else None
+    if reused is not None:
+        entry, mm = reused
         if zero:
             ctypes.memset(entry.start, 0, entry.size)
         return mm
@@ -104,15 +101,31 @@ def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None, zer
         if opened is not None:
             opened(fd, size)
         verb = f"newp {seg} {size} {path} {_idle()}" if poolable else f"new {seg} {size} {path}"
-        # The janitor's count of our hold and the finalizer that gives it back: both or neither.
-        with _posix.interrupts_deferred():
-            _client.send(root, verb + "\n", [fd] if path == "-" else ())
-            register(root, seg, size, path, mm, poolable=poolable)
+        _hold(root, verb, fd, (seg, size, path), mm, poolable)
     except BaseException:
         _discard(fd, path)
         raise
     os.close(fd)
     return mm
+
+
+@_interrupts.step
+def _reuse(root: str, size: int) -> Optional[Tuple[_pool.Entry, Buffer]]:
+    """A freed segment of this process's that fits, claimed from the pool and registered, or neither."""
+    entry = _pool.claim(root, size, "-")
+    if entry is None:
+        return None
+    mm = entry.buffer()
+    register(root, entry.seg, entry.size, "-", mm, poolable=True)
+    return entry, mm
+
+
+@_interrupts.step
+def _hold(root: str, verb: str, fd: int, segment: Tuple[str, int, str], mm: Buffer, poolable: bool) -> None:
+    """The janitor's count of our hold on a new segment and the finalizer that gives it back: both or neither."""
+    seg, size, path = segment
+    _client.send(root, verb + "\n", [fd] if path == "-" else ())
+    register(root, seg, size, path, mm, poolable=poolable)
 
 
 def _idle() -> float:
@@ -149,34 +162,51 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
         return Handle("", "", "", size, "-")
     root = _client.tree_root()
     if _pool.poolable(size):
-        ticket = _secret()
-        # Claimed, filled and noted for release (see note_single_use), or never claimed: an
-        # interrupt waits for the copy (a fraction of a second a GiB).
-        with _posix.interrupts_deferred():
-            entry = _pool.claim(root, size, ticket)
-            if entry is not None:
-                return _refill(root, entry, ticket, fill_mapped)
+        handle = _refill_claimed(root, size, fill_mapped)
+        if handle is not None:
+            return handle
     fd, seg, path = _open_new(root, size)
-    entry = None
+    unannounced = [fd]
     try:
         fill(fd, size)
-        with _posix.interrupts_deferred():  # the ticket noted, the janitor told, the mapping pooled: all or none
-            ticket = _new_ticket(root)
-            if path == "-" and _pool.poolable(size):  # kept mapped here (faulted in), to be reused once freed
-                entry = _pool.Entry(root, seg, size, ctypes.addressof(map_fd(fd, size, populate=True)), True)
-            verb = f"ntp {seg} {ticket} {size} {path} {_idle()}" if entry is not None else f"nt {seg} {ticket} {size} {path}"
-            _client.send(root, verb + "\n", [fd] if path == "-" else ())
-            os.close(fd)
-            fd = -1
-            if entry is not None and not _pool.adopt(entry):
-                _pool.give_up(entry)
+        ticket = _announce_filled(root, unannounced, seg, size, path)
     except BaseException:
-        if fd >= 0:
+        for fd in unannounced:
             _discard(fd, path)
-            if entry is not None:
-                _pool.give_up(entry, tell=False)
         raise
     return Handle(root, seg, ticket, size, path)
+
+
+@_interrupts.step
+def _refill_claimed(root: str, size: int, fill_mapped: Callable[[Buffer], None]) -> Optional[Handle]:
+    """A freed segment of this process's claimed, filled and noted for release (see note_single_use),
+    or none claimed: an interrupt waits for the copy (a fraction of a second a GiB)."""
+    ticket = _secret()
+    entry = _pool.claim(root, size, ticket)
+    return None if entry is None else _refill(root, entry, ticket, fill_mapped)
+
+
+@_interrupts.step
+def _announce_filled(root: str, unannounced: List[int], seg: str, size: int, path: str) -> str:
+    """The ticket of a new, filled segment (its file ``unannounced[0]``): noted, the janitor told,
+    the mapping pooled, all or none; the file is closed either way, taken off ``unannounced``."""
+    fd, entry = unannounced[0], None
+    try:
+        unannounced.clear()
+        ticket = _new_ticket(root)
+        if path == "-" and _pool.poolable(size):  # kept mapped here (faulted in), to be reused once freed
+            entry = _pool.Entry(root, seg, size, ctypes.addressof(map_fd(fd, size, populate=True)), True)
+        verb = f"ntp {seg} {ticket} {size} {path} {_idle()}" if entry is not None else f"nt {seg} {ticket} {size} {path}"
+        _client.send(root, verb + "\n", [fd] if path == "-" else ())
+    except BaseException:
+        _discard(fd, path)
+        if entry is not None:
+            _pool.give_up(entry, tell=False)
+        raise
+    os.close(fd)
+    if entry is not None and not _pool.adopt(entry):
+        _pool.give_up(entry)
+    return ticket
 
 
 def _refill(root: str, entry: _pool.Entry, ticket: str, fill_mapped: Callable[[Buffer], None]) -> Handle:
@@ -217,29 +247,29 @@ def ticket_for(mapped: Mapped) -> Handle:
     (one this process pocketed when it received the segment, if it has one: no message)."""
     if _pickling.probing():  # a check's pickle, never loaded: no reference
         return Handle(mapped.root, mapped.seg, "", mapped.size, mapped.path)
-    # The reference taken and its release noted: both or neither. An interrupt between the
-    # two stranded the reference, and the segment stayed until the root exited (about 1
-    # shm-transfer trial in 50); held, it is raised once the release is noted.
-    with _posix.interrupts_deferred():
-        ticket = _pocket.reuse(mapped.root, mapped.seg)
-        if ticket is None:
-            ticket = _secret()
-            _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
-        # One reference: the pickle carrying it is loaded once, or given back if it never is.
-        _pickling.note_single_use(functools.partial(forget_ticket, mapped.root, ticket))
-    return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
+    return Handle(mapped.root, mapped.seg, _take_ticket(mapped), mapped.size, mapped.path)
 
 
+@_interrupts.step
+def _take_ticket(mapped: Mapped) -> str:
+    """The reference taken and its release noted: both or neither. An interrupt between the
+    two stranded the reference, and the segment stayed until the root exited; held, it is
+    raised once the release is noted."""
+    ticket = _pocket.reuse(mapped.root, mapped.seg)
+    if ticket is None:
+        ticket = _secret()
+        _client.send(mapped.root, f"tkt {mapped.seg} {ticket}\n")
+    # One reference: the pickle carrying it is loaded once, or given back if it never is.
+    _pickling.note_single_use(functools.partial(forget_ticket, mapped.root, ticket))
+    return ticket
+
+
+@_interrupts.step
 def attach(handle: Handle) -> Buffer:
     """Map the segment ``handle`` names (its ticket becomes this process's hold).
 
     Whole or not at all: an interrupt waits for the end, since a hold taken from the
     janitor without the finalizer that gives it back would keep the segment."""
-    with _posix.interrupts_deferred():
-        return _attach(handle)
-
-
-def _attach(handle: Handle) -> Buffer:
     mm = mapped_here(handle.seg)
     if mm is not None:  # already mapped here: the ticket is kept for this process's next send
         if handle.ticket:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from multiprocessing import connection
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .._backend import pickling as _pickling, plugin as _plugin, posix as _posix
+from .._backend import interrupts as _interrupts, pickling as _pickling, plugin as _plugin, posix as _posix
 from .._backend.main_module import MainObjects
 from .._backend.popen_fork import fork_round
 from .._forking import Launch, stamp
@@ -227,23 +227,27 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     events = _broadcast(output, [*sinks, board])
     started = RunStarted(run_id, _util.name_of(fn), ctx.get_start_method(), nprocs)
     events.handle(started)
-    process_context: Optional[ProcessContext] = None
+    run: List[ProcessContext] = []
     try:
-        # An interrupt while the run starts is raised once its supervisor runs, so that
-        # it stops the workers the way an interrupt in join does.
-        with _posix.interrupts_deferred():
-            process_context = _start_run(ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
-                                         board, bool(join))
-            stop.attach(process_context._supervisor)
+        _start_attached(run, stop, ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
+                        board, bool(join))
         if not join:
-            return process_context
-        while not process_context.join():
+            return run[0]
+        while not run[0].join():
             pass
     except KeyboardInterrupt:  # also one that came just before join was entered
-        if process_context is not None:
-            process_context._stop_after_interrupt()
+        if run:
+            run[0]._stop_after_interrupt()
         raise
-    return process_context.results
+    return run[0].results
+
+
+@_interrupts.step
+def _start_attached(run: List[ProcessContext], stop: _StopButton, *args: Any) -> None:
+    # An interrupt while the run starts is raised once its supervisor runs (the run noted in
+    # ``run``), so that it stops the workers the way an interrupt in join does.
+    run.append(_start_run(*args))
+    stop.attach(run[0]._supervisor)
 
 
 @raised_at_caller
@@ -328,7 +332,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
                 # Forked one by one, a worker has the later workers' ends (the earlier ones' are closed).
                 one.job.inherited = parents + tuple(fd for fds in ends[k + 1:] for fd in fds)
                 one.job.main_objects = main_objects
-        with _posix.interrupts_blocked(), fork_round():  # interrupts_blocked: for the children's sake
+        with _interrupts.blocked(), fork_round():  # blocked: for the children's sake
             if method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1":
                 _start_all_at_once(unstarted, workers)  # leaves unstarted empty, or raises
             while unstarted:
