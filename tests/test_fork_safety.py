@@ -838,3 +838,24 @@ def test_gnu_openmp_not_loaded_is_looked_for_again_only_after_an_import(monkeypa
     assert thread_pools.gnu_openmp_loaded() is True
     assert thread_pools.gnu_openmp_loaded() is True
     assert len(reads) == 2
+
+
+def test_a_line_printed_just_before_a_fork_appears_once():
+    # Printed after the start's flush (by a fork handler here; another thread in a program): a
+    # forked child that ends the standard way flushes its copy of the buffer, and the line
+    # would appear twice, once from each process.
+    out = run_main("""
+        import io, sys
+        import nbmp
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)))  # buffered, even under PYTHONUNBUFFERED
+        nbmp.register_fork_handler(before=lambda: print("printed just before the fork"))
+        p = nbmp.Process(target=int)
+        p.start()
+        p.join()
+        print("exit code", p.exitcode)
+        with nbmp.Pool(1) as pool:
+            pool.map(abs, [1])
+            pool.close()
+            pool.join()
+    """)
+    assert out.splitlines().count("printed just before the fork") == 2, out  # one per round of forks

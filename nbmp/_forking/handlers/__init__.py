@@ -19,6 +19,7 @@ from .logging_locks import Logging
 from .nbmp_threads import Locks, NbmpThreads
 from .numpy_random import NumpyRandom
 from .python_random import PythonRandom
+from .std_streams import StdStreams
 from .thread_pools import NativePools, ThreadEnvironment
 from .torch_state import Torch
 
@@ -28,5 +29,5 @@ __all__ = ["ForkHandler", "ForkSafetyWarning", "Worker", "builtin_handlers"]
 def builtin_handlers(locks: Locks, threads_setting: Callable[[], Optional[int]]) -> List[ForkHandler]:
     """nbmp's handlers, in order; the registry hands in the state two of them read (its ForkLocks,
     its thread budget), so that no handler imports the registry."""
-    return [GarbageCollector(), Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(),
+    return [GarbageCollector(), StdStreams(), Logging(), NbmpThreads(locks), PythonRandom(), NumpyRandom(), ThreadEnvironment(),
             NativePools(threads_setting), Torch(), Cuda(), Jax()]
