@@ -151,11 +151,14 @@ def test_what_patches_the_standard_bootstrap_runs_in_every_worker():
             seen.put(self.name)
             return real(self, *args, **kwargs)
         multiprocessing.process.BaseProcess._bootstrap = patched
+        import time
         nbmp.spawn(lambda i: i, nprocs=2, start_method="fork")
         with nbmp.get_context("fork").Pool(2) as pool:
             pool.map(abs, range(4))
+            pool.close()  # each worker ends on its own: a terminate could end one still starting
+            pool.join()
         with nbmp.ProcessPoolExecutor(2, mp_context=nbmp.get_context("fork")) as executor:
-            list(executor.map(abs, range(4)))
+            list(executor.map(time.sleep, [0.2] * 4))  # busy: the executor starts its second worker
         print(sorted(seen.get().split("-")[0] for _ in range(6)))
     """)  # (spawned children run the standard bootstrap of a fresh interpreter, which a tool patches there)
     assert "['ForkPoolWorker', 'ForkPoolWorker', 'ForkProcess', 'ForkProcess', 'ForkProcess', 'ForkProcess']" in out, out
