@@ -1,6 +1,7 @@
 """What a user waits for, end to end: a loop of calls of 4 trivial workers, in a parent that has
 imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers, and of a Pool's
-start + first map + end (4 workers), nbmp's against the standard library's.
+start + first map + end (4 workers), nbmp's against the standard library's: with trivial tasks,
+and with a matrix product per task (BLAS threads started in every worker, capped in nbmp's).
 
 Each row is ``--calls`` calls in a row, timed from the first call until every child process
 is reaped, with the CPU seconds of the parent and its reaped children beside the wall time;
@@ -38,10 +39,18 @@ NPROCS = 4
 # Rows named twice: in the table, and in the ratios printed under it.
 NBMP_SPAWN, TORCH_FORK = "**nbmp.spawn, default (fork), output relayed**", "torch start_processes, fork"
 STD_POOL, NBMP_POOL = "multiprocessing Pool, fork", "nbmp.Pool (fork), lambda"
+STD_POOL_BLAS, NBMP_POOL_BLAS = "multiprocessing Pool, fork, a matrix product per task", \
+    "nbmp.Pool (fork), a matrix product per task"
 
 
 def trivial(i: int) -> int:
     return i
+
+
+def product(i: int) -> float:
+    """A task that uses BLAS: one matrix product, for which OpenBLAS starts its threads."""
+    a = numpy.full((384, 384), float(i))
+    return float((a @ a)[0, 0])
 
 
 def raw_fork_floor(n: int = NPROCS) -> None:
@@ -76,10 +85,10 @@ def torch_start_processes_fork() -> None:
     torch_mp.start_processes(trivial, nprocs=NPROCS, start_method="fork")
 
 
-def pool(method: str) -> Callable[[], None]:
+def pool(method: str, task: Callable[[int], object] = trivial) -> Callable[[], None]:
     def run() -> None:
         with multiprocessing.get_context(method).Pool(NPROCS) as p:
-            assert p.map(trivial, range(NPROCS)) == [0, 1, 2, 3]
+            assert p.map(task, range(NPROCS)) == [task(i) for i in range(NPROCS)]
     return run
 
 
@@ -87,6 +96,11 @@ def nbmp_pool() -> None:
     """nbmp's Pool started and given its first map (a lambda, as a notebook would), then ended."""
     with nbmp.Pool(NPROCS) as p:
         assert p.map(lambda i: i, range(NPROCS)) == [0, 1, 2, 3]
+
+
+def nbmp_pool_blas() -> None:
+    with nbmp.Pool(NPROCS) as p:
+        assert p.map(product, range(NPROCS)) == [product(i) for i in range(NPROCS)]
 
 
 def children() -> Set[int]:
@@ -158,6 +172,8 @@ def main() -> None:
         ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
         (STD_POOL, pool("fork")),
         (NBMP_POOL, nbmp_pool),
+        (STD_POOL_BLAS, pool("fork", product)),
+        (NBMP_POOL_BLAS, nbmp_pool_blas),
     ]
     if torch_mp is not None:
         fork_rows.append((TORCH_FORK, torch_start_processes_fork))
@@ -179,7 +195,9 @@ def main() -> None:
         print(f"| {name} | {wall * 1e3:.1f} | {cpu * 1e3:.1f} | {len(rows)} |")
     print(f"\nPer round, median [range]: Pool ÷ standard Pool wall {ratio(spans, NBMP_POOL, STD_POOL, 0)}, "
           f"CPU {ratio(spans, NBMP_POOL, STD_POOL, 1)}; spawn ÷ torch start_processes(fork) wall "
-          f"{ratio(spans, NBMP_SPAWN, TORCH_FORK, 0)}, CPU {ratio(spans, NBMP_SPAWN, TORCH_FORK, 1)}")
+          f"{ratio(spans, NBMP_SPAWN, TORCH_FORK, 0)}, CPU {ratio(spans, NBMP_SPAWN, TORCH_FORK, 1)}; "
+          f"Pool ÷ standard Pool with a matrix product per task wall {ratio(spans, NBMP_POOL_BLAS, STD_POOL_BLAS, 0)}, "
+          f"CPU {ratio(spans, NBMP_POOL_BLAS, STD_POOL_BLAS, 1)}")
     if opts.plot:
         names = list(spans)
         _plot.bars(opts.plot, names, {"wall": [statistics.median(w for w, _ in spans[n]) / calls[n] * 1e3 for n in names]},

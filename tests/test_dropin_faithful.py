@@ -29,9 +29,9 @@ GRANDCHILD = """
         {setup}
         q = {queue}
         p = {process}(target=child, args=(q,)); p.start()
-        got = [q.get(timeout=60) for _ in range(4)]
+        got = [q.get(timeout=60) for _ in range(4)]  # in any order: each process has its own feeder
         p.join()
-        print(sorted(x for x in got if isinstance(x, int)), dict(x for x in got if isinstance(x, tuple)))
+        print(sorted(x for x in got if isinstance(x, int)), dict(sorted(x for x in got if isinstance(x, tuple))))
 """
 
 

@@ -103,6 +103,28 @@ def test_a_claim_that_reads_another_processs_messages_does_not_stall_the_janitor
         assert _ask(b, b"stat\n") == "0 0 0"
 
 
+def test_a_file_announced_as_the_root_dies_is_still_unlinked(janitor, tmp_path):
+    # The tree's processes die with their root, so the root's death and a process's last
+    # messages reach the janitor at once (here: while it is stopped). It once saw the death
+    # first and exited without reading them, and a file announced then stayed in /dev/shm.
+    path = tmp_path / "nbmp-announced"
+    root = psutil.Process(int(janitor.split("-", 1)[0]))
+    with _connect(janitor) as conn:
+        assert _ask(conn, b"stat\n") == "0 0 0"
+        (proc,) = _janitors(janitor)
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: proc.status() == psutil.STATUS_STOPPED, "the janitor has stopped")
+            conn.sendall(f"plan {path}\n".encode())
+            path.write_bytes(b"")
+            root.kill()
+            wait_until(lambda: root.status() == psutil.STATUS_ZOMBIE, "the root has died")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+    wait_until(lambda: not path.exists(), "the announced file is unlinked")
+    wait_until(lambda: not _janitors(janitor), "the janitor exits")
+
+
 @pytest.mark.timeout(60)
 def test_a_second_interrupt_gives_up_on_a_reply_the_janitor_does_not_send(janitor, monkeypatch, python_sigint):
     # A stopped janitor: the first Ctrl-C waits for its reply (a reply half read would be taken

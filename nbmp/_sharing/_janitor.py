@@ -37,7 +37,9 @@ goes -- or, if its maker pools it (``_pool.py``), kept free for that process to
 claim, until it has been unused IDLE seconds (then freed, its pages punched out,
 since the maker still maps it) or its maker goes. A connection that closes -- its process exited or was killed -- lets go of
 all its holds and of the tickets pocketed on its board (see ``_pocket.py``); other
-tickets survive it, since the message carrying them may still be read. When the root process dies, every segment is freed and the janitor exits.
+tickets survive it, since the message carrying them may still be read. When the root process
+dies, the janitor reads what its processes (which die with it) still send, for up to
+LAST_WORDS seconds, then frees every segment and exits.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 MAX_FDS_PER_RECV = 64
 SLOT = 40  # a board's slot: 1 byte "in use", then a ticket's name (as in _pocket.py)
+LAST_WORDS = 3.0  # seconds the tree's processes have, after their root died, to go before all is freed
 
 
 # Linux: an abstract socket, which leaves no file behind; its name, though public once bound,
@@ -396,11 +399,14 @@ def serve(listener: socket.socket, root: int) -> None:
     pidfd = _watch(root)
     if pidfd is not None:
         sel.register(pidfd, selectors.EVENT_READ, "root")
-    def serve_ready(timeout: Optional[float], skip: Optional[socket.socket] = None) -> Optional[int]:
-        """Serve what is ready within ``timeout``: how many were ready; None once the root is gone."""
+    root_gone = False
+
+    def serve_ready(timeout: Optional[float], skip: Optional[socket.socket] = None) -> int:
+        """Serve what is ready within ``timeout``: how many were ready (noting the root's death)."""
+        nonlocal root_gone
         events = [(key, mask) for key, mask in sel.select(timeout) if key.fileobj is not skip]
         if any(key.data == "root" for key, _ in events) or (pidfd is None and not _alive(root)):
-            return None
+            root_gone = True
         for key, _ in events:
             if key.data == "listen":
                 try:
@@ -420,15 +426,20 @@ def serve(listener: socket.socket, root: int) -> None:
         return len(events)
 
     janitor.drain = lambda conn: None if serve_ready(0, conn) else None
-    while True:
+    while not root_gone:
         due = janitor.expire()
         waits = [t for t in (due, None if pidfd is not None else 1.0) if t is not None]
         ready = serve_ready(min(waits) if waits else None)
         while ready and janitor.parked:  # read all that was sent before a parked request
             ready = serve_ready(0)
-        if ready is None:
-            break
         janitor.refuse_parked()
+    # The tree's processes get SIGTERM with their root; until their connections close, they may
+    # have announced files ("plan") the janitor has not read yet, which would stay behind.
+    if pidfd is not None:
+        sel.unregister(pidfd)
+    deadline, ready = time.monotonic() + LAST_WORDS, 1
+    while (ready or janitor.holds) and time.monotonic() < deadline:
+        ready = serve_ready(min(0.05, max(deadline - time.monotonic(), 0)))
     janitor.free_all()
 
 
@@ -462,6 +473,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal reaches the whole group
     key = sys.stdin.readline().strip()  # not an argument: a command line is visible to every user
     root = int(key.split("-", 1)[0])  # also the argument, which names whom a janitor serves in ps
+    if not _alive(root):
+        return 0  # a process of a tree whose root is gone: nothing it makes could be freed
     where = address(key)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
