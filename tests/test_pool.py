@@ -16,7 +16,7 @@ import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from helpers import run_main, wait_until
+from helpers import as_jupyterlab_shows, run_main, wait_until
 from nbmp._base.events import RunFinished, RunStarted, TaskProgress
 
 
@@ -772,7 +772,8 @@ def test_text_bar_redraws_in_place_on_a_terminal():
         bar.handle(TaskProgress(1, None, done, 10))
     bar.handle(RunFinished(1, True))
     text = stream.getvalue()
-    assert text.count("\r") == 2 and "5/10" in text and text.endswith("100%|" + "#" * 24 + "| 10/10 [00:03<00:00, 3.3 it/s]\n")
+    assert text.count("/10 [") == 3 and "5/10" in text and text.endswith("\n")  # each step drawn, then the line ended
+    assert as_jupyterlab_shows(text) == ["map(f): 100%|" + "#" * 24 + "| 10/10 [00:03<00:00, 3.3 it/s]"]  # in place
 
 
 def test_auto_progress_stays_quiet_for_quick_maps(capsys):
