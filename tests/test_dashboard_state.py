@@ -20,6 +20,11 @@ class Clock:
         return self.now
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
 def feed(state, *events):
     for event in events:
         state.apply(event)
@@ -197,8 +202,8 @@ def test_shm_reading_degrades_without_a_ledger(monkeypatch):
 def test_text_view_rewrites_one_line_then_prints_the_summary():
     clock = Clock(1001.0)
     state = started_run(clock, nprocs=1)
-    out = io.StringIO()
-    view = TextView(out, inplace=True)
+    out = Terminal()
+    view = TextView(out)
     view.update(view.render(state, clock()))
     view.update(view.render(state, clock()))  # unchanged: nothing written
     first = out.getvalue()

@@ -16,7 +16,7 @@ import pytest
 
 import nbmp
 from conftest import TIMEOUT
-from helpers import run_main, wait_until
+from helpers import as_jupyterlab_shows, run_main, wait_until
 from nbmp._base.events import RunFinished, RunStarted, TaskProgress
 
 
@@ -772,7 +772,8 @@ def test_text_bar_redraws_in_place_on_a_terminal():
         bar.handle(TaskProgress(1, None, done, 10))
     bar.handle(RunFinished(1, True))
     text = stream.getvalue()
-    assert text.count("\r") == 2 and "5/10" in text and text.endswith("100%|" + "#" * 24 + "| 10/10 [00:03<00:00, 3.3 it/s]\n")
+    assert text.count("/10 [") == 3 and "5/10" in text and text.endswith("\n")  # each step drawn, then the line ended
+    assert as_jupyterlab_shows(text) == ["map(f): 100%|" + "#" * 24 + "| 10/10 [00:03<00:00, 3.3 it/s]"]  # in place
 
 
 def test_auto_progress_stays_quiet_for_quick_maps(capsys):
@@ -786,6 +787,42 @@ class _Terminal(io.StringIO):
         return True
 
 
+def test_text_bar_leaves_nothing_of_a_longer_line_it_redraws():
+    from nbmp._pool.progress import TextBar
+    now = [0.0]
+    stream = _Terminal()
+    bar = TextBar(stream, clock=lambda: now[0])
+    bar.handle(RunStarted(1, "map(f)", "fork", 2))
+    for done in (10, 11):  # 10.0 it/s, then 5.5 it/s: one character shorter
+        now[0] += 1
+        bar.handle(TaskProgress(1, None, done, 100))
+    assert as_jupyterlab_shows(stream.getvalue()) == ["map(f):  11%|##                      | 11/100 [00:02<00:16, 5.5 it/s]"]
+
+
+class _Cell(io.StringIO):
+    """A Jupyter kernel's stream, as the bar tells one."""
+
+
+_Cell.__module__ = "ipykernel.iostream"
+
+
+@pytest.mark.parametrize("kind, draws", [(_Cell, 4), (io.StringIO, 1)])
+def test_text_bar_redraws_once_a_second_in_a_notebook_and_only_its_end_elsewhere(kind, draws):
+    from nbmp._pool.progress import TextBar
+    now = [0.0]
+    stream = kind()
+    bar = TextBar(stream, clock=lambda: now[0])
+    bar.handle(RunStarted(1, "map(f)", "fork", 2))
+    for done in range(1, 11):  # a step every 0.25 s: drawn at 0.25, 1.25 and 2.25 s, and the end
+        now[0] += 0.25
+        bar.handle(TaskProgress(1, None, done, 10))
+    bar.handle(RunFinished(1, True))
+    text = stream.getvalue()
+    assert text.count("/10 [") == draws and text.endswith("\n")
+    assert as_jupyterlab_shows(text) == ["map(f): 100%|" + "#" * 24 + "| 10/10 [00:02<00:00, 4.0 it/s]"]
+    assert ("\r" in text) == (kind is _Cell)  # a log gets no carriage returns
+
+
 def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(monkeypatch):
     from nbmp._pool import progress
     monkeypatch.setattr(progress, "AUTO_DELAY", 0.2)
@@ -794,6 +831,14 @@ def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(monkeypat
         assert pool.map(time.sleep, [0.3] * 4, chunksize=1) == [None] * 4
     err = sys.stderr.getvalue()
     assert "map(sleep): 100%|" in err and "4/4" in err and err.endswith("\n")
+
+
+def test_a_closed_stderr_does_not_fail_a_map_with_a_bar(monkeypatch):
+    closed = io.StringIO()
+    closed.close()
+    monkeypatch.setattr(sys, "stderr", closed)
+    with nbmp.Pool(2) as pool:
+        assert pool.map(abs, range(-3, 0), progress=True) == [3, 2, 1]
 
 
 def test_auto_progress_prints_nothing_where_nobody_watches(capsys, monkeypatch):

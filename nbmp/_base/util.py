@@ -10,12 +10,13 @@ import os
 import secrets
 import signal
 import sys
+import time
 import types
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, TextIO, Tuple
 
 ISSUES = "https://github.com/nbmp-dev/nbmp/issues"  # where an error that is nbmp's own bug asks to be reported
 
-__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "fixup_module_metadata", "falls_back_to", "stand_for", "name_of",
+__all__ = ["ISSUES", "space", "format_bytes", "signal_name", "display_kind", "LiveText", "fixup_module_metadata", "falls_back_to", "stand_for", "name_of",
            "tree", "join_tree"]
 
 
@@ -82,6 +83,83 @@ def display_kind(stream: Any) -> Optional[str]:
     if type(stream).__module__.startswith("ipykernel"):
         return "notebook"
     return None
+
+
+class LiveText:
+    """Text redrawn in place on ``stream`` (None: the current ``sys.stderr``), as tqdm draws
+    its bar, at most every ``paces[kind]`` seconds for the stream's :func:`display_kind`.
+    A kind without a pace (a log, a pipe) gets only what is drawn ``final``, as one line.
+
+    The text is one line, rewritten after a carriage return, the cursor left at its end (a
+    line written by another lands after it, not over it). With ``rows=True``, on a terminal,
+    it is one row per item below the output, redrawn with cursor moves, the cursor left on
+    the line below: for a writer that prints all else on the stream itself after
+    :meth:`clear` (the moves would erase another's line).
+    """
+
+    def __init__(self, stream: Optional[TextIO], paces: Dict[str, float], rows: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._stream = stream
+        kind = display_kind(self.stream)
+        self.pace = paces.get(kind or "")
+        self.rows = rows and kind == "terminal"
+        self.clock = clock
+        self.shown: List[str] = []  # what is on screen
+        self._drawn_at = -1e9
+        self._erase = ""  # what takes it off the screen
+
+    @property
+    def stream(self) -> TextIO:
+        return self._stream if self._stream is not None else sys.stderr
+
+    def draw(self, texts: Sequence[str], final: bool = False) -> None:
+        """Show ``texts`` (side by side on one line, or a row each) instead of what is shown,
+        if the pace allows it now; ``final``: in any case, and on every display kind."""
+        texts, now = list(texts), self.clock()
+        if texts == self.shown or not final and (self.pace is None or now - self._drawn_at < self.pace):
+            return
+        if self.rows:
+            fitted = self._fit(texts)
+            self._write(self._erase + "".join(row + "\n" for row in fitted))
+            self._erase = f"\r\x1b[{len(fitted)}A\x1b[J" if fitted else ""
+        else:
+            line = "   ".join(texts)
+            pad = " " * (len(self._erase) - 2 - len(line))  # blanks over the rest of a longer line shown
+            self._write(("" if self.pace is None else "\r") + line + pad + ("\r" + line if pad else ""))
+            self._erase = f"\r{' ' * len(line)}\r" if line else ""
+        self.shown, self._drawn_at = texts, now
+
+    def clear(self) -> None:
+        """Take what is shown off the screen (it is drawn again at the next :meth:`draw`)."""
+        self._write(self._erase)
+        self.shown, self._erase = [], ""
+
+    def close(self) -> None:
+        """Leave what is shown as the final line."""
+        self._write("\n" if self.shown and not self.rows else "")
+        self.shown, self._erase = [], ""
+
+    def _fit(self, rows: List[str]) -> List[str]:
+        """Rows cut to the terminal's width (a wrapped row would throw off the cursor moves
+        that redraw them) and as many as its height allows (rows scrolled off the top
+        could not be redrawn)."""
+        try:
+            size = os.get_terminal_size(self.stream.fileno())
+            width, height = size.columns or 80, size.lines or 24  # 0: a terminal that does not say
+        except (AttributeError, OSError, ValueError):
+            width, height = 80, 24
+        room = max(2, height - 2)
+        if len(rows) > room:
+            rows = rows[:room - 1] + [f"... and {len(rows) - room + 1} more"]
+        return [row[:max(1, width - 1)] for row in rows]
+
+    def _write(self, text: str) -> None:
+        if text:
+            try:
+                self.stream.write(text)
+                self.stream.flush()
+            except (OSError, ValueError):  # a closed stream must not break the run
+                pass
 
 
 def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:

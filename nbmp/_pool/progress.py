@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Dict, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 from .._base import Event, EventSink, RunFinished, RunStarted, TaskProgress
-from .._base.util import display_kind
+from .._base.util import LiveText, display_kind
 
 __all__ = ["TextBar", "resolve", "sink_factory", "AUTO_DELAY"]
 
@@ -41,35 +41,19 @@ class TextBar:
 
     def __init__(self, stream: Optional[TextIO] = None, delay: float = 0.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.stream = stream if stream is not None else sys.stderr
-        self.clock = clock
-        self.start = clock()
-        self.delay = delay
-        self.label = ""
-        self.last_draw = -1e9
-        self.drawn = False
-        self.interval = _interval(self.stream)
+        self.line = LiveText(stream, {"terminal": 0.1, "notebook": 1.0}, clock=clock)  # elsewhere: the final line
+        self.start, self.delay, self.label = clock(), delay, ""
 
     def handle(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             self.label = event.target
         elif isinstance(event, TaskProgress):
-            self._progress(event)
-        elif isinstance(event, RunFinished) and self.drawn:
-            self.stream.write("\n")
-            self.stream.flush()
-
-    def _progress(self, event: TaskProgress) -> None:
-        now = self.clock()
-        final = event.total is not None and event.done >= event.total
-        if now - self.start < self.delay and not (final and self.drawn):
-            return
-        if self.interval is None and not final:
-            return  # not a terminal nor a notebook: one final line only
-        if final or now - self.last_draw >= (self.interval or 0):
-            self.stream.write(("\r" if self.drawn else "") + render(self.label, event, now - self.start))
-            self.stream.flush()
-            self.last_draw, self.drawn = now, True
+            elapsed = self.line.clock() - self.start
+            final = event.total is not None and event.done >= event.total
+            if elapsed >= self.delay or final and self.line.shown:
+                self.line.draw([render(self.label, event, elapsed)], final)
+        elif isinstance(event, RunFinished):
+            self.line.close()
 
 
 def render(label: str, event: TaskProgress, elapsed: float) -> str:
@@ -87,14 +71,6 @@ def render(label: str, event: TaskProgress, elapsed: float) -> str:
 def _clock(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes:02d}:{secs:02d}"
-
-
-_REDRAW: Dict[Optional[str], float] = {"terminal": 0.1, "notebook": 1.0}
-
-
-def _interval(stream: Any) -> Optional[float]:
-    """Seconds between redraws: 0.1 on a terminal, 1 in a Jupyter kernel, None elsewhere."""
-    return _REDRAW.get(display_kind(stream))
 
 
 def check(progress: Any) -> Any:
@@ -124,7 +100,7 @@ def resolve(progress: Any) -> Optional[EventSink]:
         delay = AUTO_DELAY if progress is None else 0.0
         if sink_factory is not None:
             return sink_factory(delay)
-        if progress is None and _interval(sys.stderr) is None:
+        if progress is None and display_kind(sys.stderr) is None:
             return None  # nobody watches this stderr (a log, a pipe): print nothing unasked
         return TextBar(delay=delay)
     return check(progress)  # type: ignore[no-any-return]  # check() passed it: an object with handle(event)

@@ -10,7 +10,6 @@ fd 1 and 2 become pipes; the parent reads them, and only whole lines leave it.
 
 from __future__ import annotations
 
-import abc
 import codecs
 import io
 import os
@@ -18,7 +17,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 
 from .._base import Event, RunFinished, WorkerOutput
-from .._base.util import display_kind
+from .._base.util import LiveText
 
 __all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "render", "StreamPrinter", "redirect_std_fds",
            "STATUS_INTERVAL"]
@@ -148,42 +147,27 @@ class StreamPrinter:
         self.streams: Dict[str, Optional[TextIO]] = {"stdout": stdout or sys.stdout, "stderr": stderr or sys.stderr}
         self._written: Dict[str, TextIO] = {}  # the streams written since the last flush
         self._statuses: Dict[Tuple[int, str], str] = {}  # (worker, stream) -> its status, in order of appearance
-        self._board = _StatusBoard.on(self.streams["stderr"])
+        # Redrawn at each flush: the supervisor passes statuses on at its own pace.
+        self._board = LiveText(self.streams["stderr"], {"terminal": 0.0, "notebook": 0.0}, rows=True)
 
     def handle(self, event: Event) -> None:
         if isinstance(event, WorkerOutput):
-            if event.status:
-                self._status(event)
+            key = (event.index, event.stream)
+            if event.status and event.line:
+                self._statuses[key] = event.line
                 return
+            self._statuses.pop(key, None)
             stream = self.streams[event.stream]
-            self._statuses.pop((event.index, event.stream), None)
-            if stream is not None:
-                self._clear_board()
+            if stream is not None and not event.status:
+                self._board.clear()  # flushed: it leaves before a line goes to the other stream
                 stream.write(self._label(event.index, event.line) + "\n")
                 self._written[event.stream] = stream
         elif isinstance(event, RunFinished):
             self._statuses.clear()
-            self._clear_board()
+            self._board.clear()
 
     def _label(self, index: int, text: str) -> str:
         return f"[{index}] {text}" if self.prefix else text
-
-    def _status(self, event: WorkerOutput) -> None:
-        if self._board is None:
-            return
-        key = (event.index, event.stream)
-        if event.line:
-            self._statuses[key] = event.line
-        else:
-            self._statuses.pop(key, None)
-        self._board.dirty = True
-
-    def _clear_board(self) -> None:
-        board = self._board
-        if board is not None and board.drawn:
-            board.clear()
-            board.dirty = bool(self._statuses)
-            self._flush_stream(board.stream)  # before a line goes to the other stream
 
     def flush(self) -> None:
         """Flush the streams written since the last flush (in a kernel, each flush of a cell's
@@ -191,99 +175,11 @@ class StreamPrinter:
         then redraw the statuses if they changed."""
         while self._written:
             _, stream = self._written.popitem()
-            self._flush_stream(stream)
-        board = self._board
-        if board is not None and board.dirty:
-            board.dirty = False
-            board.clear()
-            board.draw([self._label(index, text) for (index, _), text in self._statuses.items()])
-            self._flush_stream(board.stream)
-
-    @staticmethod
-    def _flush_stream(stream: TextIO) -> None:
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed stream must not break the run
-            pass
-
-
-class _StatusBoard(abc.ABC):
-    """Where a printer draws the workers' statuses: below everything else on its stream."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.drawn = False  # something is on screen
-        self.dirty = False  # the statuses changed since drawn
-
-    @staticmethod
-    def on(stream: Optional[TextIO]) -> Optional["_StatusBoard"]:
-        """The board for ``stream``'s display, or None where nobody watches it."""
-        if stream is None:
-            return None
-        kind = display_kind(stream)
-        return _TerminalBoard(stream) if kind == "terminal" else _NotebookBoard(stream) if kind == "notebook" else None
-
-    @abc.abstractmethod
-    def clear(self) -> None:
-        """Take what was drawn off the screen."""
-
-    @abc.abstractmethod
-    def draw(self, rows: List[str]) -> None:
-        """Draw ``rows`` (one per status) where the board is; the screen holds none now."""
-
-    def _write(self, text: str) -> None:
-        try:
-            self.stream.write(text)
-        except (OSError, ValueError):
-            pass
-
-
-class _TerminalBoard(_StatusBoard):
-    """One row per status under the output, cut to the terminal's width (a wrapped row
-    would throw off the cursor moves that redraw them), the cursor left on the line below
-    them: where the text dashboard's status line (``nbmp.widgets``) writes, so the two
-    never share a row."""
-
-    rows = 0
-
-    def clear(self) -> None:
-        if self.rows:
-            self._write(f"\r\x1b[{self.rows}A\x1b[J")
-        self.rows, self.drawn = 0, False
-
-    def draw(self, rows: List[str]) -> None:
-        if not rows:
-            return
-        try:
-            size = os.get_terminal_size(self.stream.fileno())
-            width, height = size.columns or 80, size.lines or 24  # 0: a terminal that does not say
-        except (AttributeError, OSError, ValueError):
-            width, height = 80, 24
-        room = max(2, height - 2)  # rows scrolled off the top could not be redrawn
-        if len(rows) > room:
-            rows = rows[:room - 1] + [f"... and {len(rows) - room + 1} more"]
-        self._write("".join(row[:max(1, width - 1)] + "\n" for row in rows))
-        self.rows, self.drawn = len(rows), True
-
-
-class _NotebookBoard(_StatusBoard):
-    """One line holding every status. A notebook's output keeps a cursor as a terminal
-    does, but only a carriage return moves it (back to the line's start: what follows
-    overwrites, JupyterLab 4): clearing writes blanks over what was drawn and returns."""
-
-    SEPARATOR = "   "
-    width = 0  # characters drawn
-
-    def clear(self) -> None:
-        if self.drawn:
-            self._write("\r" + " " * self.width + "\r")
-        self.drawn, self.width = False, 0
-
-    def draw(self, rows: List[str]) -> None:
-        if rows:
-            text = self.SEPARATOR.join(rows)
-            self._write(text)
-            self.drawn, self.width = True, len(text)
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed stream must not break the run
+                pass
+        self._board.draw([self._label(index, text) for (index, _), text in self._statuses.items()])
 
 
 # --------------------------------------------------------------------------
