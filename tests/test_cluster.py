@@ -22,6 +22,7 @@ distributed = pytest.importorskip("distributed")
 
 import nbmp  # noqa: E402
 from conftest import TIMEOUT  # noqa: E402
+from helpers import wait_until  # noqa: E402
 from leaks import child_pids  # noqa: E402
 
 
@@ -191,6 +192,16 @@ def test_a_rank_killed_by_a_signal_names_it(client):
     with pytest.raises(nbmp.ProcessExitedException) as info:
         nbmp.spawn(lambda rank: os.kill(os.getpid(), signal.SIGKILL), nprocs=1, cluster=client, dashboard=False)
     assert info.value.signal_name == "SIGKILL"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_placed_on_a_worker_that_left_before_the_run_began_is_lost(client, monkeypatch):
+    # The scheduler may still list a worker that has just died (a rank killed it): a rank placed
+    # there got no "remove-worker" event, since it came before the run subscribed, and waited forever.
+    from nbmp._cluster import placement
+    monkeypatch.setattr(placement, "ranks_to_workers", lambda client, nprocs: [("127.0.0.1", "tcp://127.0.0.1:9")])
+    with pytest.raises(nbmp.ProcessExitedException, match="was lost"):
+        nbmp.spawn(lambda rank: rank, nprocs=1, cluster=client, dashboard=False)
 
 
 def test_join_false_gives_a_context(client):
@@ -391,7 +402,11 @@ def test_ranks_starting_at_once_change_no_process_wide_state_of_their_dask_worke
 
 
 def _wait_for_workers(client, n):
+    # A worker restarted after a rank's death comes back under a new address, and the scheduler
+    # may list the dead one beside it for a moment: wait until it lists exactly the live ones.
     client.wait_for_workers(n, timeout=60)
+    wait_until(lambda: len(client.scheduler_info(n_workers=-1)["workers"]) == n, "the scheduler lists only live workers",
+               timeout=60)
 
 
 # -- Dask only when a cluster is used ------------------------------------------------------------

@@ -3,28 +3,28 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from . import connect
 
 __all__ = ["ranks_to_workers", "ranks_per_host"]
 
 
-def ranks_to_workers(client: Any, nprocs: int) -> List[str]:
-    """The worker address of each rank, filling one host before the next (ranks that talk
-    most, neighbours, share a host); a ValueError before anything is submitted when the
-    cluster has fewer workers than ``nprocs``."""
+def ranks_to_workers(client: Any, nprocs: int) -> List[Tuple[str, str]]:
+    """The ``(host, address)`` of each rank's worker, in rank order, filling one host before the
+    next (ranks that talk most, neighbours, share a host); a ValueError before anything is
+    submitted when the cluster has fewer workers than ``nprocs``. A run uses this one look at the
+    cluster throughout, since a worker restarted meanwhile comes back under a new address."""
     workers = connect.worker_hosts(client)
     if nprocs > len(workers):
         raise ValueError(f"nprocs={nprocs} is more than the {len(workers)} worker process(es) of the Dask cluster at "
                          f"{client.scheduler.address} (one rank runs per worker process); pass nprocs="
                          f"{max(1, len(workers))} or fewer, or add workers (cluster.scale({nprocs}), or start "
                          f"more `dask worker` processes)")
-    return [address for _, address in workers[:nprocs]]
+    return workers[:nprocs]
 
 
-def ranks_per_host(client: Any, addresses: List[str]) -> Dict[str, int]:
-    """``{address: how many of the run's ranks share its host}``."""
-    host_of = {address: host for host, address in connect.worker_hosts(client)}
-    counts = Counter(host_of[a] for a in addresses)
-    return {a: counts[host_of[a]] for a in addresses}
+def ranks_per_host(workers: List[Tuple[str, str]]) -> Dict[str, int]:
+    """``{address: how many of ``workers`` (host, address) share its host}``."""
+    counts = Counter(host for host, _ in workers)
+    return {address: counts[host] for host, address in workers}

@@ -47,9 +47,10 @@ class ClusterPool:
             raise ValueError("nbmp.Pool(..., cluster=) takes no initializer: a Dask worker serves many pools; "
                              "set workers up with client.register_plugin(...) or at the top of the mapped function")
         self.client = connect.client_for(cluster)
-        self.workers = [address for _, address in connect.worker_hosts(self.client)]
+        per_host = placement.ranks_per_host(connect.worker_hosts(self.client))
+        self.workers = list(per_host)
         self._processes = processes or len(self.workers) or 1
-        plugin.register(self.client, max(placement.ranks_per_host(self.client, self.workers).values(), default=1))
+        plugin.register(self.client, max(per_host.values(), default=1))
         self._prefix = f"nbmp-pool-{id(self):x}-{time.time_ns():x}"
         self._closed = False
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import cells as _cells, pickling as _pickling
 from .._backend.posix import INTERRUPT_SLICE
@@ -98,8 +98,8 @@ def spawn_on_cluster(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: i
     _pickling.check_picklable((fn, args), {"fn": fn, **{f"args[{k}]": a for k, a in enumerate(args)}},
                               "send it to the Dask cluster")
     client = connect.client_for(cluster)
-    addresses = placement.ranks_to_workers(client, nprocs)
-    watch = _Watch(client, fn, args, nprocs, addresses, output, grace_period, dashboard, sinks)
+    workers = placement.ranks_to_workers(client, nprocs)
+    watch = _Watch(client, fn, args, nprocs, workers, output, grace_period, dashboard, sinks)
     watch.start()
     context = ClusterContext(watch)
     if not join:
@@ -113,9 +113,10 @@ class _Watch:
     """Submits the ranks and watches them from a daemon thread (see the module docstring)."""
 
     def __init__(self, client: Any, fn: Callable[..., Any], args: Sequence[Any], nprocs: int,
-                 addresses: List[str], output: str, grace_period: float, dashboard: Any,
+                 workers: List[Tuple[str, str]], output: str, grace_period: float, dashboard: Any,
                  sinks: Sequence[EventSink]) -> None:
-        self.client, self.fn, self.args, self.nprocs, self.addresses = client, fn, args, nprocs, addresses
+        self.client, self.fn, self.args, self.nprocs = client, fn, args, nprocs
+        self.workers, self.addresses = workers, [address for _, address in workers]
         self.grace_period = grace_period
         self.run_id = new_run_id()
         self.key = f"{self.run_id}-{time.time_ns():x}"
@@ -154,8 +155,8 @@ class _Watch:
 
     def _submit(self, inbox: Inbox) -> None:
         job = RankJob(self.key, self.nprocs, _registry.fork_settings(),
-                      placement.ranks_per_host(self.client, self.addresses), self.grace_period)
-        payloads = payload.payloads(self.client, self.fn, tuple(self.args), self.addresses)
+                      placement.ranks_per_host(self.workers), self.grace_period)
+        payloads = payload.payloads(self.client, self.fn, tuple(self.args), self.workers)
         for rank, address in enumerate(self.addresses):
             future = self.client.submit(run_rank, payloads[address], rank, job, key=f"nbmp-{self.key}-rank-{rank}",
                                         workers=[address], allow_other_workers=False, pure=False)
