@@ -70,15 +70,10 @@ class Connection(connection.Connection):
 
 
 def send_whole(conn: Connection, data: bytes, sent: List[bool]) -> None:
-    """Send ``data``, the pickle of a message that carries shared-memory tickets, so that its
-    reader never sees half of it; ``sent`` gets True once it is out (else the caller gives
-    the tickets back).
-
-    A message that fits the pipe or socket is written once it has room for all of it, and
-    an interrupt while it waits leaves it unsent. A bigger one goes out as its reader takes
-    it; an interrupt then waits for the rest at most ``CUT_AFTER`` seconds, and a second one
-    not at all: the connection is closed, and its reader gets an end of file (or an error),
-    never half a message followed by the next."""
+    """Send ``data``, a pickle carrying shared-memory tickets, so that its reader never sees half of it;
+    ``sent`` gets True once it is out (else the caller gives the tickets back). After an interrupt a
+    big message gets ``CUT_AFTER`` seconds more (a second one: none), then the connection is closed
+    (docs/reliability.md)."""
     size = len(data)
     header = struct.pack("!i", size) if size <= 0x7fffffff else struct.pack("!iQ", -1, size)
     fd, need = conn.fileno(), len(header) + size
@@ -134,9 +129,7 @@ def _receive(conn: Connection) -> Any:
     try:
         return _pickling.loads_whole(view)
     finally:
-        # Let the buffer go now: if the load raised, the traceback's frames keep the view,
-        # and a garbage cycle through them made the BytesIO's finalizer fail to close it
-        # ("BufferError: Existing exports of data", printed as an ignored exception).
+        # Now: a traceback's frames keeping the view would make the BytesIO's finalizer raise BufferError.
         view.release()
 
 

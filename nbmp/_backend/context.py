@@ -1,15 +1,9 @@
 """nbmp's contexts: fork first, and every object they hand out pickles with cloudpickle.
 
-What differs from ``multiprocessing.context``:
-
-* the concrete contexts hand out nbmp's ``Process``, ``Queue``, ``JoinableQueue``,
-  ``SimpleQueue``, ``Pipe``, ``Pool`` and ``Manager``, and ``get_context(name)``
-  returns nbmp contexts;
-* the default context starts with ``"fork"`` wherever the platform has it,
-  chosen here explicitly rather than inherited from the stdlib default (which
-  is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from Python 3.14);
-* the default context is nbmp's own: ``nbmp.set_start_method`` never changes
-  the standard module's start method.
+The contexts hand out nbmp's ``Process``, queues, ``Pipe``, ``Pool`` and ``Manager``; the
+default starts with ``"fork"`` wherever the platform has it, chosen here, not inherited (the
+stdlib's is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from 3.14), and is nbmp's own:
+``nbmp.set_start_method`` never changes the standard module's.
 """
 
 from __future__ import annotations
@@ -24,10 +18,8 @@ from . import process as _process
 __all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
            "default_context", "register_factory", "register_plugin", "plugin", "workers_context"]
 
-# ``Pool`` and ``Manager`` are built in the layers above this one (nbmp._pool, nbmp.managers),
-# and ``cluster=`` is served by the one above those (nbmp._cluster): each registers here when
-# imported, and ``import nbmp`` registers stand-ins that import it on first use, so that a
-# context hands them out without this layer importing upward.
+# ``Pool``, ``Manager`` and ``cluster=`` come from upper layers, which register here (``import nbmp``
+# registers stand-ins that import them on first use), so this layer never imports upward.
 _factories: Dict[str, Callable[..., Any]] = {}
 _plugins: Dict[str, Any] = {}
 
@@ -251,9 +243,7 @@ class _WorkersContext:
 
 
 def workers_context(ctx: Any) -> Any:
-    """What a manager starts its server from, and an executor its workers: ``ctx`` (default:
-    nbmp's default context), its processes workers if it is an nbmp context. A standard
-    context, passed on purpose, starts standard processes.
-    """
+    """What a manager starts its server from, and an executor its workers: ``ctx`` (default: nbmp's), its
+    processes workers if it is an nbmp context; a standard context starts standard processes."""
     ctx = ctx or default_context.get_context()
     return _WorkersContext(ctx) if isinstance(ctx, BaseContext) else ctx

@@ -1,16 +1,9 @@
 """nbmp's helper threads, finished before the interpreter is.
 
-The Pool's helper threads (its watcher, the readers that drain its result pipe, the
-thread that frees a terminate) hold its queues, and may be the last to let them go.
-Under spawn and forkserver a queue's locks are named semaphores, and whichever thread
-drops a lock's last reference runs its cleanup: remove the name, then tell the resource
-tracker. A daemon thread doing so while the interpreter exits is stopped between the two
-steps, and the tracker then warns of a leaked semaphore it cannot find.
-
-So these threads are started here, and joined (``EXIT_GRACE`` seconds at most, all of
-them together) at the very end of multiprocessing's exit function: after it has
-terminated the Pools still open and stopped their workers, which is what these threads
-wait for.
+The Pool's helper threads may drop a queue's last reference, whose named-semaphore cleanup a
+daemon thread stopped at exit leaves half done (the resource tracker then warns of a leak). So
+they are joined (``EXIT_GRACE`` seconds in all) at the end of multiprocessing's exit function,
+after it has stopped the Pools' workers, which is what they wait for.
 """
 
 from __future__ import annotations

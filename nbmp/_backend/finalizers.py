@@ -1,19 +1,10 @@
 """Cleanup that runs when an object dies, and that an interrupt cannot skip.
 
-``weakref.finalize`` runs its callback inside the garbage collector's or the last
-reference's frame, where an exception cannot reach the user: Python prints a
-KeyboardInterrupt raised there and drops it. nbmp's callbacks hold SIGINT while they
-run (``interrupts.held``), but a few Python steps run before they can: the
-interrupt button pressed at that moment was lost, and the cleanup (a segment's
-release) never ran.
-
-Here the weakref's callback is one small function, and an interrupt raised in its first
-steps reaches ``sys.unraisablehook``. nbmp's hook, installed with the first
-registration and passing everything else to the hook it found, then runs every
-cleanup whose object is dead (each runs once: its entry is popped first) and sends the
-interrupt to the main thread again, so the user still gets their KeyboardInterrupt.
-
-Like ``finalize(...).atexit = False``, nothing runs once the interpreter exits.
+A KeyboardInterrupt in a weakref callback is printed and dropped by Python, and one in its first
+steps, before ``interrupts.held`` applies, would skip the cleanup. Such an interrupt reaches
+``sys.unraisablehook``: nbmp's hook (installed at the first registration, passing everything else
+on) runs every cleanup whose object is dead, once each, and sends the interrupt to the main thread
+again. Like ``finalize(...).atexit = False``, nothing runs once the interpreter exits.
 """
 
 from __future__ import annotations

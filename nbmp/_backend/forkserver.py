@@ -1,21 +1,11 @@
 """The fork server's preload: nbmp and the frameworks the parent has imported, loaded once
 in the server rather than in every worker.
 
-A forkserver worker is forked from a small server process, not from the parent, so it
-starts without the parent's modules: each worker imports what its target needs after the
-fork (torch alone takes seconds on 2 cores), and does so again in the next run. The
-standard module's server preloads only ``__main__`` (and on 3.10-3.13 it is never told the
-main module's path, so in practice nothing). Before the server starts, nbmp adds ``nbmp``
-(with the layers of it loaded here whose workers the server forks: ``_spawn``, ``_pool``) and
-those of :data:`FRAMEWORKS` that the parent has imported (and threadpoolctl, which nbmp's
-fork safety uses in every worker where they have loaded a BLAS): the server imports them
-once, readies itself for its workers (``fork_server_ready``: their objects frozen out of its
-garbage collections, their thread pools found), and every worker is forked with them loaded
-(so no worker imports them itself; see docs/dropin.md). nbmp never imports a framework the parent has not.
-
-A preload list the user set (``set_forkserver_preload``, nbmp's or the standard
-module's: it is one server) is left as it is, and so is a server already running. The
-server is the standard module's and is shared with plain ``multiprocessing``.
+The standard server preloads only ``__main__`` (on 3.10-3.13, in practice nothing), so each worker
+would import torch and the rest itself, per run. Before the server starts nbmp adds ``nbmp`` (with
+its loaded ``_spawn``/``_pool`` layers), the :data:`FRAMEWORKS` the parent imported and
+threadpoolctl, then ``fork_server_ready`` (docs/dropin.md). A preload list the user set, or a
+server already running, is left as it is: the server is the standard module's, shared with it.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """SIGINT in nbmp: one model for Ctrl-C and the notebook's interrupt button.
 
-* **Steps.** A function decorated with :func:`step` must finish once begun (a message read
-  whole, a reference taken together with the note that gives it back). In the main thread,
-  a first SIGINT during a step is recorded and raised when the outermost step returns; a
-  second one is raised at once, and the step's own ``except`` closes what it must. Other
-  threads never get a KeyboardInterrupt: there a step is a plain call.
-* **The handler.** The outermost step swaps the process's SIGINT handler for a recorder
-  and puts back exactly what it found: the Python handler, and the OS disposition beside it
-  (a handler a JVM, R or a C extension set, which ``signal.getsignal`` does not show).
-  Nesting is a flag, never read from the handler installed, and the undo runs in the
-  wrapper's own ``finally``, where Python checks for signals only inside the calls it makes:
-  a handler of the program's that raises at any bytecode (a SIGALRM timeout) cannot leave
-  the recorder behind. Rejected: a context manager, whose ``__exit__`` is a new frame that
-  such an exception can cut before its first line; a recorder installed for good with a
-  flag it consults (trio's KI protection), the handler ``signal.getsignal`` would show
-  between calls.
-* **Workers** ignore SIGINT through a Python handler, which ``exec`` resets (:func:`for_worker`).
+Steps and handlers as docs/reliability.md ("The interrupt model") describes them; in other
+threads a step is a plain call. Nesting is a flag, never read from the handler installed, and the
+undo runs in the wrapper's own ``finally``, where a program's handler that raises at any bytecode
+(a SIGALRM timeout) cannot leave the recorder behind. Rejected: a context manager (its ``__exit__``
+is a new frame such an exception can cut before its first line) and a recorder installed for good
+(trio's KI protection: ``signal.getsignal`` would show it between calls).
 """
 
 from __future__ import annotations
@@ -64,9 +54,8 @@ def step(fn: F) -> F:
 
 
 def held(fn: F) -> F:
-    """``fn`` as a step of a finalizer, where Python prints and drops an exception: an
-    interrupt meanwhile is sent to the main thread again a few milliseconds after it, from a
-    helper thread, so that it is raised in the program's code once the finalizer has returned."""
+    """``fn`` as a step of a finalizer, where Python prints and drops an exception: an interrupt
+    meanwhile is sent again (:func:`resend`) to be raised once the finalizer has returned."""
     return _stepping(fn, later=True)
 
 
@@ -204,15 +193,9 @@ def _ignore(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def for_worker() -> None:
-    """In a worker: ignore SIGINT, then unblock it (a pending one is dropped).
-
-    The notebook's interrupt button and a terminal's Ctrl-C signal the whole process group;
-    the parent stops the workers itself, so a worker must not die with a KeyboardInterrupt
-    traceback of its own. A Python handler, not SIG_IGN, so that programs the worker
-    ``exec``\\ s get the default disposition and end with the interrupt. Through ``_signal``:
-    the wrapper's enum conversions touch pages a fresh fork shares with its parent (each
-    first write a copy-on-write fault).
-    """
+    """In a worker: ignore SIGINT (the parent stops it), then unblock it (a pending one is dropped).
+    A Python handler, not SIG_IGN, so programs the worker ``exec``\\ s get the default disposition;
+    through ``_signal``, since ``signal``'s enum conversions write pages shared with the parent."""
     try:
         _signal.signal(_SIGINT, _ignore)
     except ValueError:  # not the main thread: nothing to change
@@ -222,16 +205,10 @@ def for_worker() -> None:
 
 
 class blocked:
-    """Block SIGINT in the calling thread while workers are started.
-
-    A child inherits its creator's signal mask (across fork and exec), so a SIGINT
-    sent to the process group while a worker starts up stays pending in the worker
-    until it has set its own handler, instead of printing a KeyboardInterrupt
-    traceback from the middle of its bootstrap. The parent's own interrupt is only
-    delayed: it is delivered on leaving the block. A class calling ``_signal``, not a
-    generator calling ``signal`` (whose enum conversions touch many objects): it runs
-    between two forks of a round, where each page written is copied once per child.
-    """
+    """Block SIGINT in the calling thread while workers are started: a child inherits the mask, so a
+    group-wide SIGINT stays pending until it has its own handler (the parent's is only delayed). A
+    class calling ``_signal``, not a generator calling ``signal``: each page written between two
+    forks of a round is copied once per child."""
 
     __slots__ = ("previous",)
 

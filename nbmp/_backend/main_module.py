@@ -1,31 +1,11 @@
 """``__main__`` across processes: what a forked worker already has of it, and the one
-namespace the ``__main__`` functions a worker receives share there.
+namespace the ``__main__`` functions a worker receives share there (docs/dropin.md says why:
+by value, a function's globals would travel at every call and miss what the initializer set).
 
-A worker forked from a notebook kernel (or a script) inherits its ``__main__``: every
-function and class a cell defined before the fork is there, bound to the same name, with
-the worker's copy of the notebook's globals. The standard module sends such a function
-by reference (``__main__.f``) and the worker runs its own copy: no byte of the data the
-function's globals hold crosses. nbmp's pickler sends ``__main__`` functions by value
-(cloudpickle), which a worker needs for one defined after its fork, a lambda, or any
-under spawn; but by value the globals a function names travel with it at every call (a
-task that reads a 10 GB DataFrame from the notebook would pickle it per chunk), and
-cloudpickle gives each function a namespace of its own, so a global the Pool's
-initializer set in the worker was not seen by its tasks.
-
-Two pieces, one per side:
-
-* sender: :class:`MainObjects` remembers, for one group of workers forked from this
-  process (a Pool's), the functions and classes bound in ``__main__`` at each of their
-  forks: those the pickler sends by reference to that group (``pickling.sending_to``);
-  and the code of the ``__main__`` frames at the group's first fork: a lambda made from one
-  goes as a reference to its code where that loses nothing (:meth:`MainObjects.function_by_code`);
-* receiver: a function that the parent's ``__main__`` defined, sent by value, is rebuilt
-  by :func:`make_function` with this process's ``__main__`` namespace as its globals (in
-  a process started by the sender; anywhere else it keeps a namespace of its own, so
-  what a worker returns never touches the notebook's). The globals it carries are put
-  there (:func:`set_function_state`), except a name this process rebound since its parent
-  last delivered it, or that the Pool's initializer set (:class:`Initializer`): the
-  worker's own state wins over the parent's value.
+Sender: :class:`MainObjects` lets the pickler send by reference what a group of forked workers
+inherited. Receiver: :func:`make_function` rebuilds a by-value ``__main__`` function in this
+process's ``__main__`` (only in a process the sender started), and :func:`deliver` binds the
+globals it carries, except names this process rebound or its initializer set (its own state wins).
 """
 
 from __future__ import annotations
@@ -48,25 +28,16 @@ __all__ = ["MainObjects", "make_function", "set_function_state", "Initializer", 
 
 
 class MainObjects:
-    """The ``__main__`` functions and classes every worker of a group inherited by fork.
-
-    :meth:`record` is called in the parent at each fork of one of the group's workers (a
-    replacement too): what stays recorded is what was bound, to the same object, at every
-    fork, so each worker has it. :meth:`holds` says whether a function or class may go by
-    reference: recorded, and still bound in this process's ``__main__`` (a name rebound
-    since, to an older or newer definition, goes by value again).
-
-    Only weak references are kept: a redefined function is freed as usual.
-    """
+    """The ``__main__`` functions and classes every worker of a group inherited by fork: what was bound
+    to the same object at every :meth:`record` (each fork, replacements too) and is still bound now
+    (:meth:`holds`). Only weak references are kept: a redefined function is freed as usual."""
 
     __slots__ = ("_refs", "_key", "_codes", "__weakref__")
 
     def __init__(self) -> None:
         self._refs: Optional[Dict[str, "weakref.ref[Any]"]] = None  # None: no fork recorded yet
         self._key = (os.getpid(), next(_keys))
-        # id -> code object: the code of the __main__ frames on the stack at the group's first
-        # fork and every code they hold, kept alive here (an id is never another code's while
-        # the group lives); each worker has the same, by fork. See function_by_code.
+        # id -> code of the __main__ frames at the group's first fork (and nested), kept alive so no id is reused.
         self._codes: Dict[int, CodeType] = {}
         _groups[self._key] = self
 
@@ -96,17 +67,10 @@ class MainObjects:
         return ref is not None and ref() is obj and main_namespace().get(name) is obj
 
     def function_by_code(self, func: FunctionType) -> Optional[Tuple[Any, ...]]:
-        """The reduction of ``func``, a ``__main__`` function made after the group's first fork
-        (a lambda written in the map's call), that sends its code by reference, or None.
-
-        Only where it loads as the by-value copy would: the workers have its code by fork
-        (the code of a frame that was on the stack at the first fork, or a code that one holds),
-        it has no closure, attributes, keyword defaults, annotations or type parameters, its
-        defaults are plain and its docstring a string, and the only globals it names are
-        builtins that ``__main__`` does not rebind. Then the
-        worker rebuilds it in its own ``__main__`` namespace (as :func:`make_function` does a
-        by-value one) from a few bytes, without cloudpickle's walk of the function, which
-        right after the forks costs the parent copy-on-write faults."""
+        """A reduction of ``func`` (a lambda made after the first fork) that sends its code by reference,
+        or None unless it loads as the by-value copy would: the workers have its code by fork, and it
+        has no closure, attributes, keyword defaults, annotations or type parameters, plain defaults and docstring,
+        and names no globals but unrebound builtins. It skips cloudpickle's walk (copy-on-write faults)."""
         code = func.__code__
         if self._codes.get(id(code)) is not code or os.getpid() != self._key[0]:
             return None
@@ -198,9 +162,8 @@ _starter: Optional[int] = None  # the pid that started this process by spawn or 
 
 
 def note_starter(pid: Optional[int]) -> None:
-    """Called by a spawned or forkserver child before it loads its process object (its
-    target, args, a Pool's initializer): the process that started it, which
-    ``multiprocessing.parent_process()`` tells only once the child's bootstrap runs."""
+    """Called by a spawned or forkserver child before it loads its process object: its starter,
+    which ``multiprocessing.parent_process()`` tells only once the bootstrap runs."""
     global _starter
     _starter = pid
 

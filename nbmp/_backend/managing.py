@@ -1,16 +1,9 @@
 """What nbmp's managers are made of, beside the standard ones (``nbmp.managers`` puts it together).
 
-* The serializer ``"nbmp"``: proxies and their server talk over nbmp's connections
-  (cloudpickle, shared arrays as handles). A proxy's connection stays in step with the
-  server through an interrupt (:class:`_ProxyConnection`), and the server's exit waits for
-  the replies its threads are sending (:class:`Server`).
-* The context a manager starts its server from (``context.workers_context``): the server is
-  a worker, which ignores SIGINT from its start and dies with its parent. A manager's server
-  serves the process that started it (the standard manager shuts it down at that process's
-  exit); after a SIGKILL of that process (a notebook kernel killed by the OOM killer) the
-  standard server would live on, holding every object and shared array stored in it.
-* :class:`StartsFromNbmp`, the mixin of nbmp's manager classes: that serializer and that
-  context by default, and no server left running by an interrupted start or shutdown.
+The serializer ``"nbmp"`` (nbmp's connections: cloudpickle, shared arrays as handles), kept in
+step through interrupts (:class:`_ProxyConnection`, :class:`Server`); a server started as a worker
+(``context.workers_context``), so it ignores SIGINT and dies with its starter, even a SIGKILLed
+one; and :class:`StartsFromNbmp`, the mixin that makes both the default.
 """
 
 from __future__ import annotations
@@ -28,12 +21,8 @@ __all__ = ["SERIALIZER", "Server", "SharedMemoryServer", "StartsFromNbmp"]
 
 
 class _Serializer(str):
-    """The name of nbmp's serializer in the standard module's table (``listener_client``).
-
-    Every proxy carries its serializer's name, pickled with it, and looks its client up in
-    that table where it is rebuilt. Pickled, this name is a reference to this module: a
-    process that rebuilds such a proxy without having imported nbmp imports it first, which
-    puts the entry in the table."""
+    """The name of nbmp's serializer in the standard module's table (``listener_client``); pickled with
+    a proxy, it is a reference to this module, so a process rebuilding the proxy imports nbmp first."""
 
     __slots__ = ()
 
@@ -42,18 +31,10 @@ class _Serializer(str):
 
 
 class _ProxyConnection(connection.Connection):
-    """A connection to a manager's server whose requests and replies stay in step through
-    an interrupt.
-
-    A proxy sends each request and reads its reply on one connection per thread. The
-    standard one, interrupted while it waits (or in the middle of a reply), leaves the reply
-    unread, and its next call reads that reply as its own: a wrong answer, the rest of a
-    message loaded as a new one, or, behind a ``get`` still blocked in the server, a wait
-    forever. Here a reply that has begun to arrive is read whole (the interrupt is raised
-    after it), and a reply given up on is read and dropped before the next request, or,
-    when it has still not come (a call that blocks in the server, a ``Queue.get``), the
-    connection is replaced by a new one. The call given up on still runs to its end in the
-    server: what it returns then is dropped (a ``get``'s item among it).
+    """A connection to a manager's server whose requests and replies stay in step through an interrupt
+    (the standard one's next call would read the reply given up on as its own). A reply that began
+    is read whole; one given up on is read and dropped before the next request, or, when it has not
+    come (a blocked ``Queue.get``), the connection is replaced and whatever that call returns is dropped.
     """
 
     _address: Any
@@ -61,9 +42,8 @@ class _ProxyConnection(connection.Connection):
     _owed = False  # a request was sent whose reply is not read yet
 
     def send(self, obj: Any) -> None:
-        """Send a request: a reply owed to an earlier one is settled first, and the request,
-        once it may start going out, is written whole and marked as owing its reply (an
-        interrupt meanwhile is raised after: the bytes are out, and the mark says so)."""
+        """Send a request, once a reply owed to an earlier one is settled: written whole and marked as
+        owing its reply, an interrupt meanwhile raised after."""
         if self._owed:
             self._settle()
         super().send(obj)
@@ -90,9 +70,8 @@ class _ProxyConnection(connection.Connection):
         return buf
 
     def close(self) -> None:
-        """Close the connection (a proxy's, once the last of its thread's proxies has gone); a
-        reply given up on that comes in time is read first and dropped: the shared arrays it
-        carries are released, not left held until the program ends."""
+        """Close the connection, first reading and dropping a reply given up on that comes in time, so
+        its shared arrays are released."""
         if self._owed and not self.closed:
             self._drop_reply()
         super().close()
@@ -140,12 +119,8 @@ def _proxy_client(address: Any, family: Optional[str] = None, authkey: Optional[
 
 
 class _Replying:
-    """How many of a server's threads are sending a reply, so that its exit can wait for them.
-
-    A server ends when told to shut down, and its threads serving other connections end
-    with it wherever they are. One that had pickled a shared array into a reply, but not
-    yet written it, left the array's ticket to a message nobody would read: the segment
-    stayed until the program ended."""
+    """How many of a server's threads are sending a reply, so that its exit waits for them: a reply
+    pickled but not yet written holds a shared array's ticket."""
 
     def __init__(self) -> None:
         self._done = threading.Condition()
@@ -246,9 +221,8 @@ class StartsFromNbmp:
     @staticmethod
     @interrupts.step
     def _finalize_manager(*args: Any, **kwargs: Any) -> None:
-        # What ``shutdown()`` (and the end of a ``with`` block, and the program's exit) runs,
-        # once: an interrupt in the middle would leave the server running with nothing left
-        # to stop it. Deferred, it is raised once the server has ended.
+        # What ``shutdown()`` runs, once: an interrupt is deferred until the server has ended, or
+        # nothing would be left to stop it.
         managers.BaseManager._finalize_manager(*args, **kwargs)  # type: ignore[attr-defined]  # stdlib private
 
 

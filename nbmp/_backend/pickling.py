@@ -1,22 +1,11 @@
 """nbmp's pickler: cloudpickle plus the stdlib's multiprocessing reducers plus nbmp's own.
 
-What differs from ``multiprocessing.reduction.ForkingPickler``:
-
-* functions and classes defined in ``__main__`` (a notebook cell) or locally
-  (lambdas, closures) are pickled *by value*, through cloudpickle; functions of
-  importable modules still go by reference, and so do ``__main__``'s for receivers that
-  inherited them by fork (:class:`sending_to`); a ``__main__`` function received by value
-  by a process its sender started lives in that process's ``__main__`` namespace
-  (``main_module``);
-* reducers for framework types (numpy arrays, torch tensors) are installed the
-  first time the framework shows up in ``sys.modules`` -- nbmp never imports a
-  framework to register a reducer for it;
-* a failure names the object that could not be pickled and where it sits.
-
-Only the *sending* side needs this pickler: its output loads with plain
-``pickle.loads`` anywhere cloudpickle (and, for a ``__main__`` function, nbmp) is
-importable, so receivers (including stdlib code reading from an nbmp channel) need
-nothing special.
+What differs from ``multiprocessing.reduction.ForkingPickler``: ``__main__`` (notebook cell) and
+local functions and classes go by value through cloudpickle, except to receivers that inherited
+them by fork (:class:`sending_to`); framework reducers (numpy, torch) are installed the first time
+the framework is in ``sys.modules``, never by importing it; a failure names the object and where
+it sits. Only the sender needs this pickler: its output loads with plain ``pickle.loads`` wherever
+cloudpickle (and, for a ``__main__`` function, nbmp) imports.
 """
 
 from __future__ import annotations
@@ -80,9 +69,7 @@ class Refusal(ValueError):
     reported as :class:`PicklingError`, like the pickler's own refusals."""
 
 
-# --------------------------------------------------------------------------
-# The reducer table
-# --------------------------------------------------------------------------
+# -- The reducer table -----------------------------------------------------------------------------
 
 _reducers: Dict[type, Reducer] = {}
 _pending_frameworks: Dict[str, Callable[[], None]] = {}
@@ -93,12 +80,8 @@ _by_type: Dict[type, Optional[Reducer]] = {}
 
 
 def register_reducer(cls: type, reducer: Reducer, subclasses: bool = False) -> None:
-    """Make nbmp's pickler reduce instances of exactly ``cls`` with ``reducer``.
-
-    With ``subclasses=True`` the reducer also applies to instances of subclasses
-    of ``cls``, and may return ``NotImplemented`` to leave an object to ordinary
-    pickling (a small array, a subclass it cannot rebuild).
-    """
+    """Make nbmp's pickler reduce instances of exactly ``cls`` with ``reducer``; with ``subclasses=True``
+    of subclasses too, and it may return ``NotImplemented`` to leave an object to ordinary pickling."""
     if subclasses:
         _subclass_reducers[cls] = reducer
         _by_type.clear()
@@ -113,11 +96,7 @@ def _subclass_reducer(cls: type) -> Optional[Reducer]:
 
 
 def register_framework_reducers(module_name: str, install: Callable[[], None]) -> None:
-    """Call ``install()`` once, the first time ``module_name`` is imported.
-
-    ``install`` registers the framework's reducers with :func:`register_reducer`.
-    If the module is already imported it runs at the next pickling.
-    """
+    """Call ``install()`` (it registers reducers) at the first pickling after ``module_name`` is imported."""
     _pending_frameworks[module_name] = install
 
 
@@ -133,9 +112,7 @@ def _install_pending_frameworks() -> None:
         _pending_frameworks.pop(name)()
 
 
-# --------------------------------------------------------------------------
-# The pickler
-# --------------------------------------------------------------------------
+# -- The pickler -----------------------------------------------------------------------------------
 
 
 # Functions and classes of nbmp and of multiprocessing, found by reference once: nobody
@@ -172,10 +149,8 @@ _copyreg_reducers: Dict[type, Reducer] = copyreg.dispatch_table  # type: ignore[
 class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships no type hints: its Pickler is Any
     """cloudpickle's pickler with multiprocessing's and nbmp's reducers."""
 
-    # Every table is read in reducer_override, in this order: nbmp's (register_reducer),
-    # multiprocessing's (ForkingPickler.register), cloudpickle's, copyreg's. The C pickler
-    # would look each object's type up in a ChainMap of them, a Python call that raises
-    # and catches KeyError on every miss; it is given an empty table instead.
+    # reducer_override reads every table (nbmp's, multiprocessing's, cloudpickle's, copyreg's, in that
+    # order): the C pickler would look each type up in a ChainMap, raising and catching KeyError per miss.
     dispatch_table: Dict[type, Reducer] = {}
 
     def reducer_override(self, obj: Any) -> Any:
@@ -218,12 +193,9 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
 
 
 def _hidden_standard_name(obj: Any) -> Optional[Tuple[Any, ...]]:
-    """The reduction of a standard multiprocessing function or class that a program has hidden
-    from import by name by putting nbmp's mirror in its module's place
-    (``sys.modules["multiprocessing.sharedctypes"] = nbmp.sharedctypes``, whose ``synchronized``
-    is nbmp's, not the one a standard ``Value`` reduces to): by reference to the standard module
-    all the same. By value it would fail (its module's globals hold weak references). None
-    for anything else."""
+    """A by-reference reduction of a standard multiprocessing function or class whose module a program
+    replaced by nbmp's mirror (``sys.modules["multiprocessing.sharedctypes"] = nbmp.sharedctypes``),
+    else None; by value it would fail (its module's globals hold weak references)."""
     module_name, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
     if not (isinstance(module_name, str) and module_name.startswith("multiprocessing.") and isinstance(name, str)):
         return None
@@ -239,24 +211,16 @@ def _standard_name(module_name: str, name: str) -> Any:
     return getattr(vars(module).get("_standard", module), name)
 
 
-# --------------------------------------------------------------------------
-# Code objects keep the file they came from
-# --------------------------------------------------------------------------
+# -- Code objects keep the file they came from -----------------------------------------------------
 
 _cloud_code_reduce: Reducer = _cloud_reducers[CodeType]
 _FILENAME = 10  # co_filename's place among CodeType's constructor arguments (3.8 and later)
 
 
 def _code_reduce(code: CodeType) -> Tuple[Any, ...]:
-    """cloudpickle's reduction of a code object, with the code's own file name kept.
-
-    cloudpickle 3.1.3 writes ``"<dynamic-code>"`` in its place, so that one function
-    always pickles to the same bytes. A traceback finds a line by that name in
-    ``linecache``: a worker's error would show no source line for a function defined in a
-    notebook cell (whose lines the worker inherits by fork or receives with its payload,
-    see :mod:`nbmp._backend.cells`). nbmp's pickles are messages between live processes,
-    not stored artefacts: the source line is worth more than repeatable bytes.
-    """
+    """cloudpickle's reduction of a code object, keeping the file name that cloudpickle 3.1.3 replaces
+    by ``"<dynamic-code>"`` for repeatable bytes: a worker's traceback finds a cell's source lines by
+    it (:mod:`nbmp._backend.cells`), and nbmp's pickles are messages, not stored artefacts."""
     rebuild, args = _cloud_code_reduce(code)
     if rebuild is CodeType and args[_FILENAME] != code.co_filename:
         args = (*args[:_FILENAME], code.co_filename, *args[_FILENAME + 1:])
@@ -337,22 +301,14 @@ def dumps(obj: Any, protocol: Optional[int] = None) -> bytes:
 
 @_interrupts.step
 def loads_whole(data: Any) -> Any:
-    """``pickle.loads(data)`` with an interrupt of the main thread held until the load ends.
-
-    A pickle may carry shared-memory tickets, each taken when its part is loaded; an
-    interrupt in the middle would leave the rest untaken, so their segments would stay
-    until the root process exits. Loaded whole, the object is dropped if the interrupt
-    then comes, and what it holds is released with it.
-    """
+    """``pickle.loads(data)`` with a main-thread interrupt held until the load ends: one in the middle
+    would leave the pickle's other shared-memory tickets untaken, their segments kept until the root exits."""
     return pickle.loads(data)
 
 
 def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
-    """:func:`dumps`, raising :class:`PicklingError` that locates the culprit.
-
-    ``roots`` names the parts of ``obj`` a user would recognise (``{"target":
-    ..., "args": ...}``); ``action`` says why pickling was needed.
-    """
+    """:func:`dumps`, raising a :class:`PicklingError` that locates the culprit among ``roots`` (the parts
+    a user would recognise: ``{"target": ..., "args": ...}``); ``action`` says why pickling was needed."""
     try:
         return dumps(obj)
     except Exception as exc:
@@ -381,22 +337,14 @@ _state = threading.local()  # per thread: probing depth, single-use parts handed
 
 
 def probing() -> bool:
-    """Whether this thread pickles only to check: nothing will load the bytes.
-
-    Reducers that hand out a resource with each pickle (a shared-memory handle is one
-    reference, taken by the process that loads it) must hand out none while probing.
-    """
+    """Whether this thread pickles only to check, so reducers must hand out no resource (a shared-memory
+    reference) that a load would take."""
     return getattr(_state, "depth", 0) > 0
 
 
 def note_single_use(release: Optional[Callable[[], None]] = None) -> None:
-    """Called by a reducer that puts in the pickle a part only one load may take (a
-    shared-memory ticket): the bytes being made must not be loaded twice.
-
-    ``release`` gives the part back if the bytes are never loaded (a task dropped when
-    its Pool is terminated); a sender that may drop what it pickled collects these
-    with :func:`collecting_single_use`.
-    """
+    """Called by a reducer that puts in the pickle a part only one load may take (a shared-memory ticket);
+    ``release`` gives it back if the bytes are never loaded (see :func:`collecting_single_use`)."""
     _state.single_use = getattr(_state, "single_use", 0) + 1
     collected = getattr(_state, "releases", None)
     if collected is not None and release is not None:
@@ -404,10 +352,8 @@ def note_single_use(release: Optional[Callable[[], None]] = None) -> None:
 
 
 class collecting_single_use:
-    """Collect the ``release`` callables of the single-use parts pickled in this thread
-    inside the block: call them if the bytes will never be loaded.
-
-    A class, not a generator: it is on every ``Queue.put``'s path."""
+    """Collect the ``release`` callables of the single-use parts pickled in this thread inside the block,
+    to call if the bytes will never be loaded. A class, not a generator: it is on every ``Queue.put``'s path."""
 
     __slots__ = ("previous", "found")
 
@@ -429,13 +375,8 @@ def receivers_inherited() -> Any:
 
 
 class sending_to:
-    """Pickle, inside the block, for receivers that inherited by fork the ``__main__``
-    functions and classes that ``inherited`` (a :class:`~nbmp._backend.main_module.MainObjects`)
-    holds: those go by reference, as the standard pickler sends them, and run in the
-    receiver with its own globals. Everything else is pickled as usual.
-
-    A class, not a generator: it is on every Pool task's path.
-    """
+    """Pickle, inside the block, the ``__main__`` objects that ``inherited`` (a ``MainObjects``) holds by
+    reference, for receivers that inherited them by fork. A class, not a generator: it is on every Pool task's path."""
 
     __slots__ = ("inherited", "previous")
 
@@ -459,9 +400,7 @@ def _probing() -> Iterator[None]:
         _state.depth -= 1
 
 
-# --------------------------------------------------------------------------
-# Locating what could not be pickled
-# --------------------------------------------------------------------------
+# -- Locating what could not be pickled ------------------------------------------------------------
 
 
 def unpicklable(exc: BaseException, roots: Mapping[str, Any], action: str) -> PicklingError:

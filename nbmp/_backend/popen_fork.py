@@ -1,14 +1,9 @@
 """Starting a child by ``os.fork()``, with nbmp's fork handlers around the fork.
 
-What differs from ``multiprocessing.popen_fork.Popen``: ``_launch`` runs nbmp's
-``before`` handlers just before the stdlib's launch forks and ``after_in_parent``
-right after it (once for all the forks of a :func:`fork_round`: a spawn's or a Pool's
-workers); in the child, a thin entry marks the fork for
-``nbmp._forking.registry.child_started`` before the process object's ``_bootstrap``. Only
-nbmp's forks run them (no ``os.register_at_fork``). CPython 3.12+'s generic
-"multi-threaded, use of fork() may lead to deadlocks" DeprecationWarning is hidden
-for these forks: nbmp has quiesced its own threads and warns once, by name, about
-the threads that are a real hazard (see docs/fork_safety.md).
+``_launch`` runs nbmp's ``before`` and ``after_in_parent`` handlers around the stdlib's fork (once
+per :func:`fork_round`), and the child marks the fork for ``child_started``. CPython 3.12+'s
+generic multi-threaded fork DeprecationWarning is hidden for these forks: nbmp quiesced its own
+threads and warns by name about the real hazards (docs/fork_safety.md).
 """
 
 from __future__ import annotations
@@ -45,12 +40,8 @@ class _ChildEntry:
 
 
 class _Round(threading.local):
-    """This thread's open :func:`fork_round`: whether one is open, and whether its
-    ``before`` handlers have run (at its first fork).
-
-    Each is kept as the pid of the process it holds in (0: none), so that a child forked
-    inside a round finds none open without writing anything (each page a fresh fork
-    writes is a copy-on-write fault)."""
+    """This thread's open :func:`fork_round`, and whether its ``before`` handlers have run, each kept as
+    the pid it holds in (0: none), so a child finds none open without writing a page."""
 
     open_in = 0
     quiesced_in = 0
@@ -69,14 +60,9 @@ _round = _Round()
 
 @contextlib.contextmanager
 def fork_round() -> Iterator[None]:
-    """Start several processes by fork with nbmp's fork handlers run once around them all.
-
-    Inside the block, the first fork of this thread runs the ``before`` handlers and
-    the others find everything still quiesced; ``after_in_parent`` runs once, on leaving.
-    Each fork after the first would otherwise re-run the handlers and re-fault, page by
-    page, all they touch (the previous child shares those pages). Keep the block to the
-    starts themselves: nbmp's threads and logging wait for it to end.
-    """
+    """Start several processes by fork with nbmp's fork handlers run once around them all (``before`` at
+    the first fork, ``after_in_parent`` on leaving), not re-run and re-faulted per fork. Keep the
+    block to the starts themselves: nbmp's threads and logging wait for it to end."""
     if _round.open:  # nested: the outer round runs the handlers
         yield
         return

@@ -1,11 +1,8 @@
 """Starting a child from the fork server: the standard ``popen_forkserver.Popen``, whose exit
 status is read once, whichever threads ask.
 
-The server writes a child's exit status as one message on the child's sentinel. The standard
-``poll`` reads it in whichever thread calls it; two at once (a Pool's ``join`` and a thread
-checking its workers) each see the sentinel ready, one reads the status and the other the end
-of the pipe, and stores 255 as the exit code: a worker that exited 0, or was killed, looked as
-if it had exited with 255.
+The status is one message on the sentinel: with the standard ``poll``, of two threads polling at
+once, the one that reads the end of the pipe stores 255 as the exit code.
 """
 
 from __future__ import annotations

@@ -2,15 +2,9 @@
 with ``wait4`` so the record of the worker's end has its peak memory (``PeakMemory``), and
 started by an entry that ends quietly when its parent was killed while it started it.
 
-The standard launch starts the child, then writes it its payload (the preparation data and
-the pickled process object) through a pipe; a payload larger than the pipe holds (64 KiB) is
-written while the child reads it, after the child's interpreter has started (tens of ms). A
-parent killed in that window, or before it wrote anything, leaves the child a payload cut
-short, and the standard ``spawn_main`` dies on it with an ``EOFError`` traceback on the
-inherited stderr (in a notebook, the terminal of the Jupyter server). nbmp's launch is the
-standard one with another ``-c`` entry: the standard ``spawn_main``, and a quiet exit when the
-payload ended early because the parent has died. A parent still alive gets the standard
-traceback (a payload cut short by a live parent is a bug worth seeing)."""
+A parent killed while it writes the payload leaves the standard ``spawn_main`` an ``EOFError``
+traceback on the inherited stderr (the Jupyter server's terminal); a payload cut short by a live
+parent still gets the standard traceback (a bug worth seeing)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """The platform-specific pieces of running workers: parent-death signals, pipes, threads'
-names and C stdio, each a no-op where the platform lacks it.
-
-Kept apart so that the rest of nbmp never calls ``prctl`` directly, and so that one
-module says what happens on Linux, other POSIX systems and Windows.
+names and C stdio, each a no-op where the platform lacks it (the rest of nbmp never calls ``prctl``).
 """
 
 from __future__ import annotations
@@ -56,9 +53,8 @@ _prepared = False
 
 
 def prepare() -> None:
-    """In the parent, before forking workers: load libc and look up the functions every
-    worker calls (``prctl``, ``fflush``) once, so that forked children inherit them
-    instead of each loading libc and making the function objects again."""
+    """In the parent, before forking workers: load libc and look up ``prctl`` and ``fflush`` once, for
+    the children to inherit."""
     global _prepared
     if _prepared or not sys.platform.startswith("linux"):
         return
@@ -72,13 +68,9 @@ def prepare() -> None:
 def die_with_parent(parent_pid: int, direct: bool) -> None:
     """End this worker (SIGTERM) when ``parent_pid``, the process that started it, dies.
 
-    ``direct``: ``parent_pid`` is our OS parent (fork, spawn) and its main thread forked
-    us, so Linux's parent-death signal does it. That signal follows the *thread* that
-    forked, not the process (prctl(2)): a child started from another thread (a Pool's
-    replacement workers come from its worker-handler thread) would be killed when that
-    thread ends, the parent alive. Such a child, and one started under forkserver (whose
-    OS parent is the fork server, which outlives the run), get a thread that watches the
-    starter through a pidfd instead.
+    ``direct`` (our OS parent's main thread forked us) uses Linux's parent-death signal, which
+    follows the forking *thread* (prctl(2)); a child started from another thread or by a fork
+    server gets a thread that watches the starter through a pidfd instead.
     """
     if DEATH_SIGNAL is None or not sys.platform.startswith("linux"):
         return
@@ -114,9 +106,7 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
 
 
 def resident_bytes(pid: "int | str" = "self") -> Optional[int]:
-    """The resident memory of process ``pid`` (default: this one) in bytes, from /proc; None
-    where it cannot be read (gone, not Linux).
-    """
+    """The resident memory of process ``pid`` (default: this one) in bytes, from /proc; None where unreadable."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
@@ -139,10 +129,8 @@ def alive(pid: int) -> bool:
 
 
 def signal_descendants(pid: int, signum: int) -> None:
-    """Send ``signum`` to the processes that process ``pid`` started, and theirs, in its process
-    group (one started in a session of its own, ``start_new_session=True``, is left alone with
-    its own), before ``pid`` itself is stopped: once it is gone, its orphans are the init
-    process's and can no longer be told apart. Read from /proc: nothing where there is none."""
+    """Send ``signum`` to the descendants of ``pid`` in its process group (from /proc), before ``pid``
+    itself is stopped: once it is gone, its orphans can no longer be told apart."""
     children, groups = _process_tree(pid)
     todo = [pid]
     while todo:
@@ -194,9 +182,8 @@ an untimed lock wait never reaches. Waiting in slices, the interrupt is raised w
 
 
 def default_termination() -> None:
-    """SIGTERM back to its default (the process dies): a handler inherited from the parent
-    (a kernel's) must not keep a worker alive through ``terminate()``. Through ``_signal``,
-    as :func:`interrupts.for_worker`."""
+    """SIGTERM back to its default: a handler inherited from the parent (a kernel's) must not keep a
+    worker alive through ``terminate()``."""
     _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
@@ -204,14 +191,9 @@ PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an u
 
 
 def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
-    """Let the pipe behind ``fd`` hold ``capacity`` bytes (Linux: ``F_SETPIPE_SZ``), not
-    the default 64 KiB; returns its capacity now (0 where it cannot be known).
-
-    A Pool's task pipe that holds a whole map's chunks lets the thread that sends them
-    finish at once, and its result pipe lets a worker go on to its next chunk without
-    waiting for the parent to read: on 2 cores, fewer threads then take turns. Refused
-    (beyond ``pipe-max-size``, or once this user's pipes pass ``pipe-user-pages-soft``):
-    the pipe keeps its size."""
+    """Let the pipe behind ``fd`` hold ``capacity`` bytes (Linux: ``F_SETPIPE_SZ``), so a Pool's sender
+    and workers need not wait for their readers; returns its capacity now (0 where unknown). Where
+    refused (``pipe-max-size``, ``pipe-user-pages-soft``) the pipe keeps its size."""
     if not hasattr(fcntl, "F_SETPIPE_SZ") or not isinstance(fd, int):  # not Linux; a stand-in's (a mock's) fileno
         return 0
     try:
@@ -224,10 +206,8 @@ def widen_pipe(fd: int, capacity: int = PIPE_CAPACITY) -> int:
 
 
 def room(fd: int) -> Optional[Tuple[int, int]]:
-    """How many bytes a write to the pipe or stream socket behind ``fd`` takes now without
-    waiting, at least, and how many it would take empty; None where that cannot be known.
-
-    Example::
+    """At least how many bytes a write to the pipe or stream socket behind ``fd`` takes now without
+    waiting, and how many it would take empty; None where unknown. Example::
 
         >>> r, w = os.pipe()
         >>> room(w)[0] == room(w)[1] >= 4096
@@ -252,12 +232,8 @@ def _count(fd: int, request: int) -> int:
 
 
 def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> bool:
-    """Whether ``fd`` is ready for ``events`` (default: has data, or EOF) within ``timeout``
-    seconds (None: wait); interruptible, within ``INTERRUPT_SLICE`` whichever thread the
-    interrupt was given to.
-
-    ``poll`` calls: ``Connection.poll`` builds a selector per call, at a few µs.
-    """
+    """Whether ``fd`` is ready for ``events`` (default: data or EOF) within ``timeout`` seconds (None:
+    wait), interruptible within ``INTERRUPT_SLICE``; ``poll`` itself, cheaper than ``Connection.poll``."""
     poller = select.poll()
     poller.register(fd, events)
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -270,14 +246,11 @@ def ready(fd: int, timeout: Optional[float], events: int = select.POLLIN) -> boo
 
 
 def read_nowait(fd: int, size: int) -> Optional[bytes]:
-    """Up to ``size`` bytes that the pipe behind ``fd`` holds now; ``b""`` at its end (no writer
-    left); None if it is empty, without waiting.
+    """Up to ``size`` bytes the pipe behind ``fd`` holds now; ``b""`` at its end; None if empty.
 
-    For a pipe that other processes read too (a Pool's task pipe): ``poll`` then a plain read
-    blocks forever once another reader took the bytes in between, and making ``fd`` itself
-    non-blocking would make it so for them too (the flag belongs to the open file they
-    share). Linux: the read goes through a non-blocking open of its own (``/proc/self/fd``);
-    elsewhere, ``select`` just before a plain read."""
+    For a pipe other processes read too, where ``poll`` then a read may block, and ``O_NONBLOCK``
+    on ``fd`` would reach the other readers: Linux reads through an open of its own
+    (``/proc/self/fd``), elsewhere ``select`` just before the read."""
     try:
         twin = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:  # no /proc
@@ -291,12 +264,9 @@ def read_nowait(fd: int, size: int) -> Optional[bytes]:
 
 
 class WakeUp:
-    """A self-pipe: :meth:`set` from any thread makes :meth:`fileno` readable, so that a
-    thread waiting in ``select``/``poll``/``connection.wait`` on it (beside the descriptors it
-    watches) wakes up; :meth:`clear` empties it again. Setting is never blocked (a full pipe
-    is already set) and is a no-op once :meth:`close` ran, which may come from another
-    thread at any moment (closed under a lock: a write never lands on a reused number).
-    """
+    """A self-pipe: :meth:`set` from any thread makes :meth:`fileno` readable to wake a waiting thread;
+    :meth:`clear` empties it. Setting never blocks and is a no-op after :meth:`close` (closed under a
+    lock, so a write never lands on a reused descriptor number)."""
 
     def __init__(self) -> None:
         self._r, self._w = os.pipe()
@@ -358,10 +328,7 @@ def get_thread_name() -> str:
 
 
 def flush_c_stdio() -> None:
-    """Flush C's stdio buffers (``printf`` from C extensions).
-
-    Workers leave through ``os._exit``, which skips libc's own flush at exit.
-    """
+    """Flush C's stdio buffers (``printf`` from C extensions): workers leave through ``os._exit``, which skips it."""
     libc = _libc or load_libc()
     if libc is not None:
         libc.fflush(None)

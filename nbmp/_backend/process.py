@@ -1,17 +1,9 @@
 """Process classes, one per start method, that cross to a spawned child by cloudpickle.
 
-What differs from ``multiprocessing.context``'s process classes: ``__reduce__``.
-The stdlib pickles a process object (its target, args and kwargs) with
-``ForkingPickler`` when it starts a child by spawn or forkserver; nbmp's
-process objects reduce themselves through nbmp's pickler instead, so lambdas,
-closures and cell-defined targets -- and ``Process`` subclasses defined in a
-cell -- start under every method, and the notebook's cell sources go along so
-that the child's tracebacks show them. Under fork nothing is pickled.
-
-Also: ``start`` records the fork-safety settings the child needs (base seed, thread
-budget, start order) in ``vars(self)``, and ``_bootstrap`` makes every child's first
-step ``nbmp._forking.registry.child_started`` (reseeding, thread caps, CUDA reset); fork
-children are started by ``nbmp._backend.popen_fork.Popen``, which runs nbmp's fork handlers.
+What differs from ``multiprocessing.context``'s: ``__reduce__`` goes through nbmp's pickler (so
+lambdas, cell-defined targets and ``Process`` subclasses start under spawn and forkserver, with the
+cells' sources for tracebacks); ``start`` records the child's ``Launch``, and ``_bootstrap`` makes
+``nbmp._forking.registry.child_started`` every child's first step.
 """
 
 from __future__ import annotations
@@ -75,10 +67,8 @@ class _NbmpProcess(process.BaseProcess):
         kwargs = _checks.keywords(kwargs, "kwargs")
         super().__init__(group, target, name, args, kwargs, daemon=daemon)
 
-    # What the child needs from its start (``nbmp._forking.Launch``): set by whoever starts it
-    # (``spawn`` and the Pool mark their workers, which ignore SIGINT from the moment they
-    # exist and die with the process that started them; see docs/reliability.md), completed
-    # by start() and read by the child's _bootstrap.
+    # The child's ``nbmp._forking.Launch``: set by its starter (``spawn`` and the Pool mark workers),
+    # completed by start() and read by the child's _bootstrap.
     launch: _forking.Launch = _forking.Launch()
 
     def start(self) -> None:

@@ -1,22 +1,10 @@
 """Queues that pickle with nbmp's pickler.
 
-What differs from ``multiprocessing.queues``:
-
-* ``SimpleQueue`` runs on an nbmp :class:`~nbmp._backend.connection.Connection` pair and
-  its ``put`` pickles with nbmp's pickler; a Pool built on it (``Pool`` talks to
-  the connections directly) gets cloudpickle for tasks and results for free.
-* ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib
-  pickles in the feeder thread, where a failure is printed and the item lost);
-  the standard feeder thread sends the bytes (``pickling.Pickled``), and ``get``
-  loads the item. As with torch's and loky's queues, the object is captured as
-  it is at ``put``. ``get`` holds an interrupt from the moment the bytes are read
-  until the item is loaded, and ``put`` while it hands the bytes to the feeder: an
-  item carrying shared-memory tickets is either queued and loaded whole, or its
-  tickets are given back.
-
-Both pickle inside ``_PICKLING``, a :class:`~nbmp._forking.ForkLock`: a Pool's or an
-executor's background threads pickle while the main thread may fork, and a child
-forked mid-pickle would inherit cloudpickle's internal locks held.
+``SimpleQueue`` runs on nbmp :class:`~nbmp._backend.connection.Connection` s (so a Pool on it gets
+cloudpickle). ``Queue`` and ``JoinableQueue`` pickle in ``put``, in the caller (the stdlib's feeder
+thread prints a failure and loses the item), and the feeder sends the bytes (``pickling.Pickled``);
+as in torch's and loky's queues, the object is captured as it is at ``put``. Both pickle inside the
+``_PICKLING`` ForkLock: a child forked mid-pickle would inherit cloudpickle's locks held.
 """
 
 from __future__ import annotations
@@ -60,8 +48,7 @@ class _ByNbmp:
                 raise Empty
             return _take(self, rlock)
         finally:
-            # Asked of the lock, not of a flag: an interrupt can land the moment acquire returns,
-            # before any flag is set, and the lock would stay held for every later get.
+            # Asked of the lock, not a flag: an interrupt right after acquire would leave a flag unset.
             if rlock._semlock._is_mine():
                 rlock.release()
 

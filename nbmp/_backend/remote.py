@@ -1,22 +1,11 @@
 """A worker's exception on its way to the parent: the one path for ``spawn`` and the Pool.
 
-In the worker, :class:`CapturedException` keeps the exception (pickled on its own, or
-replaced by ``RemoteTaskError`` if it would not survive the trip), its frames as plain
-tuples without nbmp's own that called the user's code, and its chain as text. In the
-parent the frames become the exception's ``__traceback__`` again (a frame per worker
-frame, with its file, line and function, so IPython and ``traceback`` show them as
-they show local frames), and are rendered as text: source lines are looked up there too,
-so frames of notebook cells show their code, and cells are labelled as IPython labels
-them (``Cell In[5], line 3``).
-
-It arrives as one of two things, as the caller asks:
-
-* ``as_exception=True`` (the Pool, whose results the standard ``ApplyResult`` raises):
-  the original exception, with the worker's traceback chained as ``__cause__`` in a
-  ``multiprocessing.pool.RemoteTraceback`` (the standard type, so code that checks for
-  it keeps working);
-* ``as_exception=False`` (``spawn``): a :class:`Remote` record (the exception, its type's
-  name, its message and the traceback text) from which ``spawn`` builds torch's message.
+In the worker, :class:`CapturedException` keeps the exception (or a ``RemoteTaskError`` if it
+would not survive the trip), its frames as plain tuples without nbmp's, and its chain as text. In
+the parent the frames become a ``__traceback__`` again and are rendered with source lines looked up
+there (cells labelled ``Cell In[5], line 3``). The Pool gets the exception with a standard
+``multiprocessing.pool.RemoteTraceback`` as ``__cause__`` (``as_exception=True``); ``spawn`` a
+:class:`Remote` record to build torch's message from.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """The bottom layer: the records every other layer shares.
 
-``events``: what workers report to the parent (the dashboard, the text renderer and
-the exceptions all read these records; ``WorkerExited`` is the one record of a worker's
-end); ``ends``: what an end means in words (signal names, likely causes);
-``exceptions``: nbmp's root error ``NbmpError`` and how a spawn worker's end is raised. ``util``: small helpers every layer uses; ``checks``: argument checks and the bound on
-worker counts. Nothing here imports
-another part of nbmp.
+Its modules are listed in docs/design.md ("Layers"); nothing here imports another part of nbmp.
 """
 
 from . import checks, ends, events, exceptions, util

@@ -1,13 +1,7 @@
-"""Argument checks for the public API, in one place (STYLE habit 6/7).
-
-Each check raises ``TypeError`` for a value of the wrong type and ``ValueError`` for
-a wrong value, with a message naming the argument, the value given and what to write
-instead. Every caller runs its checks before anything starts -- no process, thread
-or shared-memory janitor -- so a bad call leaves nothing behind (docs/reliability.md).
-
-The worker-count bound lives here too: ``nbmp.spawn``, ``nbmp.Pool`` and
-``nbmp.parallel_map`` refuse more workers than :func:`get_max_workers`, so that a
-typo (``nprocs=10**6``) fails at once instead of forking until the machine stops.
+"""Argument checks for the public API, in one place: ``TypeError`` for a wrong type, ``ValueError``
+for a wrong value, each naming the argument, the value and what to write, raised before anything
+starts (docs/reliability.md). The worker-count bound (:func:`get_max_workers`) lives here too, so
+that a typo (``nprocs=10**6``) fails at once instead of forking until the machine stops.
 """
 
 from __future__ import annotations
@@ -22,9 +16,7 @@ __all__ = ["WrongTypeError", "check_int", "positive_int", "worker_count", "get_m
            "items", "shape"]
 
 
-# --------------------------------------------------------------------------
-# Counts
-# --------------------------------------------------------------------------
+# -- Counts ----------------------------------------------------------------------------------------
 
 
 class WrongTypeError(TypeError, ValueError):
@@ -34,10 +26,8 @@ class WrongTypeError(TypeError, ValueError):
 
 def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "",
               wrong_type: type = TypeError) -> Optional[int]:
-    """``value`` as an int of at least ``minimum``, else an error that names the argument, the value
-    given and what to write: ``TypeError`` for a wrong type (a bool, a float, a string), ``ValueError``
-    for a wrong value. ``none_means`` (what None stands for) allows None; ``wrong_type=WrongTypeError``
-    where the standard module answers a wrong type with ValueError."""
+    """``value`` as an int of at least ``minimum`` (a bool, float or str is a wrong type); ``none_means``
+    (what None stands for) allows None; ``wrong_type=WrongTypeError`` where the stdlib raises ValueError."""
     what = {1: "a positive int", 0: "a non-negative int"}.get(minimum, f"an int >= {minimum}")
     what, fix = (what + " or None", f"e.g. {example} (None: {none_means})") if none_means else (what, f"e.g. {example}")
     if value is None and none_means:
@@ -134,9 +124,7 @@ def worker_count(value: Any, name: str, example: str, none_ok: bool = False) -> 
     return number
 
 
-# --------------------------------------------------------------------------
-# Collections
-# --------------------------------------------------------------------------
+# -- Collections -----------------------------------------------------------------------------------
 
 
 def arguments(value: Any, name: str, example: str) -> Tuple[Any, ...]:
@@ -168,9 +156,7 @@ def items(value: Any, name: str, example: str) -> Any:
     return value
 
 
-# --------------------------------------------------------------------------
-# Arrays
-# --------------------------------------------------------------------------
+# -- Arrays ----------------------------------------------------------------------------------------
 
 
 def shape(value: Any, call: str) -> Tuple[int, ...]:
@@ -196,9 +182,7 @@ def shape(value: Any, call: str) -> Tuple[int, ...]:
     return tuple(checked)
 
 
-# --------------------------------------------------------------------------
-# Synchronisation and shared ctypes objects
-# --------------------------------------------------------------------------
+# -- Synchronisation and shared ctypes objects -----------------------------------------------------
 
 
 def _sem_value_max() -> int:
@@ -281,9 +265,7 @@ def counter(value: Any, call: str, name: str) -> int:
     return number
 
 
-# --------------------------------------------------------------------------
-# Managers
-# --------------------------------------------------------------------------
+# -- Managers --------------------------------------------------------------------------------------
 
 
 def manager(call: str, address: Any, authkey: Any, serializer: Any, serializers: Iterable[str]) -> None:

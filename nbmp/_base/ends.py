@@ -1,10 +1,7 @@
 """How a worker process ended, in words: the one place spawn's errors, the Pool's errors
 and the dashboard learn what an exit code means and what probably caused it.
 
-A worker's end is the ``WorkerExited`` event (``events``); its ``exitcode`` follows
-``Popen.returncode`` (negative: killed by that signal), ``stopped`` says whether nbmp
-itself ended the worker and why, and ``rss`` is the worker's peak or last sampled
-resident memory. The functions here turn those facts into the phrases every message uses.
+The facts are ``WorkerExited``'s (``events``); these functions make the phrases every message uses.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What workers report to the parent: the one record that exceptions, the text renderer
 and the dashboard all read.
 
-Events are small frozen dataclasses. They are produced in the parent (from what the
-workers send or from what the parent observes, e.g. an exit code) and handed to
-*sinks*: any object with a ``handle(event)`` method. Nothing here knows who listens.
+Small frozen dataclasses made in the parent and handed to *sinks* (anything with ``handle(event)``).
 """
 
 from __future__ import annotations
@@ -171,9 +169,8 @@ class EventSink(Protocol):
 
 
 def deliver(sink: EventSink, event: Event, failed: Set[int]) -> None:
-    """Hand ``event`` to ``sink``. A sink that raises never breaks the workers' run: its
-    first failure is reported as a RuntimeWarning naming the sink and the error, and its
-    id goes into ``failed`` (the caller's: one warning per sink and run, not per event)."""
+    """Hand ``event`` to ``sink``; a sink that raises never breaks the run: one RuntimeWarning per sink
+    and run (its id goes into the caller's ``failed``)."""
     try:
         sink.handle(event)
     except Exception as exc:

@@ -1,17 +1,7 @@
-"""nbmp's root error, and the errors ``nbmp.spawn`` raises when a worker fails, named and
-shaped as ``torch.multiprocessing``'s so that code catching those keeps working after
-``import nbmp as mp``.
-
-Every error class nbmp defines derives from :class:`NbmpError` (the Pool's, the
-sharing layer's and the pickler's too, each also keeping the standard base a caller
-may catch: ``multiprocessing.ProcessError``, ``MemoryError``, ``pickle.PicklingError``).
-Wrong arguments are the built-in ``TypeError`` / ``ValueError``.
-
-The spawn errors pickle by ``__reduce__`` (exceptions with extra constructor arguments
-do not round-trip through the default ``BaseException`` pickling).
-
-:func:`raised_at_caller` makes the errors a public call raises to report a run's end point
-at the caller's line, without nbmp's frames.
+"""nbmp's root error, and the errors ``nbmp.spawn`` raises when a worker fails, named and shaped
+as ``torch.multiprocessing``'s. Every nbmp error class derives from :class:`NbmpError` and keeps
+the standard base a caller may catch; the spawn errors pickle by ``__reduce__`` (extra constructor
+arguments do not round-trip through ``BaseException``'s pickling).
 """
 
 from __future__ import annotations
@@ -217,9 +207,8 @@ def in_nbmp(filename: str) -> bool:
 
 
 def raised_at_caller(fn: _F) -> _F:
-    """``fn``, a public entry point, whose reports of a run's end -- an :class:`NbmpError`, or a
-    worker's exception rebuilt with its worker's frames -- show the caller's line and then the
-    worker's frames, none of nbmp's. Other errors (nbmp's bugs) keep every frame."""
+    """``fn``, a public entry point whose :class:`NbmpError` or rebuilt worker exception shows the caller's
+    line and the worker's frames, none of nbmp's; other errors (nbmp's bugs) keep every frame."""
 
     @functools.wraps(fn)
     def entry(*args: Any, **kwargs: Any) -> Any:

@@ -163,14 +163,10 @@ class LiveText:
 
 
 def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:
-    """Make each class and function among ``names`` that a private submodule of ``module_name``
-    defines report ``module_name`` as its module, under the name it is exported as (as trio's
-    ``fixup_module_metadata`` does): tracebacks and reprs show ``nbmp.WorkerLostError``, and
-    pickle, which finds a class by ``__module__`` and ``__qualname__``, finds it at that path.
-    ``__name__`` is left alone (``nbmp.Process`` is ``DefaultProcess`` there; it names its
-    processes ``Process-N`` itself).
-    Bound methods (the drop-in names that come from the default context) keep theirs, as the
-    standard module's do."""
+    """Make each class and function among ``names`` that a private submodule defines report
+    ``module_name`` and its exported name, as trio's ``fixup_module_metadata`` does (pickle finds it
+    there too). ``__name__`` is left alone (``nbmp.Process`` names processes ``Process-N``), and
+    bound methods keep theirs, as the standard module's do."""
     for name in names:
         obj = namespace[name]
         if isinstance(obj, (type, types.FunctionType)) and obj.__module__.startswith(module_name + "."):
@@ -179,13 +175,9 @@ def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: It
 
 
 def falls_back_to(namespace: Dict[str, Any], standard_name: str) -> Callable[[str], Any]:
-    """A mirror module's ``__getattr__`` (PEP 562): a name the mirror does not define is looked
-    up in the standard module ``standard_name`` at each access -- so names outside ``__all__``
-    (``connection.families``, ``pool.TimeoutError``) and private ones read as they do there.
-    The standard module is imported by name (``import multiprocessing.pool`` would read the
-    package's attribute, and a program may have put nbmp in the package's place) and kept in
-    the mirror's ``namespace`` as ``_standard``, where nbmp's pickler finds it.
-    """
+    """A mirror module's ``__getattr__`` (PEP 562): a name it does not define is read from the standard
+    module at each access. That module is imported by name (a program may have put nbmp in the
+    package's place) and kept in ``namespace`` as ``_standard``, where nbmp's pickler finds it."""
     standard = namespace["_standard"] = importlib.import_module(standard_name)
     mirror_name = namespace["__name__"]
 
@@ -200,12 +192,7 @@ def falls_back_to(namespace: Dict[str, Any], standard_name: str) -> Callable[[st
 
 
 def stand_for(mirror_name: str, standard_name: str) -> None:
-    """Make the mirror module ``mirror_name``, being imported, the standard module
-    ``standard_name`` itself: for a mirror where nbmp defines nothing, so that what a program
-    reads, sets or patches on it (``mock.patch("nbmp.util.<name>")``, a private name) is the
-    standard module's. The import system hands out what ``sys.modules`` holds once the
-    mirror's code has run. The standard module is imported by name, not with
-    ``import multiprocessing.util``, which reads the package's attribute: a program may have
-    put nbmp in the package's place.
-    """
+    """Make the mirror module ``mirror_name``, being imported, the standard module itself (for a mirror
+    where nbmp defines nothing), so what a program patches on it is the standard module's; imported
+    by name, as in :func:`falls_back_to`."""
     sys.modules[mirror_name] = importlib.import_module(standard_name)

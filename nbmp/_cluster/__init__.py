@@ -2,20 +2,10 @@
 ``cluster=`` (a ``distributed.Client`` or a scheduler address) or a default cluster
 (``nbmp.set_cluster``).
 
-``connect`` (which cluster; imports Dask, and only when a cluster is used), ``placement``
-(ranks to workers), ``payload`` (``fn`` and ``args``: handles on this host, once per other
-host), ``rank`` (what runs on a worker for one rank), ``inbox`` (the client's queue of the
-run's Dask events), ``spawn`` (the run and its watch thread), ``pool`` and ``tasks`` (the
-Pool API on the cluster, and its worker side), ``plugin`` (fork-safety settings on Pool
-workers). ``rank``, ``tasks`` and ``plugin`` run on the workers. Dask is imported by
-``connect`` for an address, by ``plugin`` (with ``pool``, on the first Pool on a cluster) and
-by ``rank`` inside its task: never at ``import nbmp``.
-
-The layer above ``_spawn`` and ``_pool``: a rank on a worker *is* a one-process
-``nbmp.spawn`` there, and the printer, argument checks and errors are theirs. They call
-down into nothing here: this façade registers the backend with them (``install``), as
-``_pool`` registers ``Pool`` with the contexts, and they dispatch a call to it only when a
-cluster is given.
+The modules are listed in docs/design.md; ``rank``, ``tasks`` and ``plugin`` run on the workers,
+and Dask is imported only when a cluster is used, never at ``import nbmp``. The layer above
+``_spawn`` and ``_pool`` (a rank is a one-process ``nbmp.spawn`` on its worker): this façade
+registers the backend with them (``install``), and they dispatch to it only when a cluster is given.
 """
 
 from __future__ import annotations

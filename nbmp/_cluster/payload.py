@@ -1,15 +1,8 @@
 """What a cluster run sends its ranks: ``fn``, ``args`` and the notebook's cell sources.
 
-Two encodings, by where the rank's worker is:
-
-* **on the client's host**, nbmp's pickler, so an array in nbmp's shared memory crosses
-  as a handle (no copy; writes are seen both ways, as on one machine). A handle carries a
-  single-use ticket, so each local rank gets its own pickle: small, since the data is not
-  in it. A large ndarray argument that is not shared yet is copied into shared memory
-  once (``nbmp.share``) and then goes to every local rank as a handle.
-* **on another host**, plain cloudpickle (values, not handles), pickled once and sent
-  once per host: inline with the task when small, else scattered to one worker of the
-  host, from which the host's other ranks fetch it (Dask fetches from its own host first).
+On the client's host, nbmp's pickler: shared arrays cross as handles, one pickle per rank (a
+ticket is single-use), a large unshared ndarray shared once first. On another host, plain
+cloudpickle, once per host: inline when small, else scattered to one of its workers.
 """
 
 from __future__ import annotations

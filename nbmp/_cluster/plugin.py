@@ -1,11 +1,6 @@
-"""nbmp's fork-safety settings on the Dask workers that run a ``Pool(..., cluster=)``'s
-tasks: a worker plugin that, on every worker (and every worker that joins or restarts
-later), seeds ``random``, NumPy and torch from ``(nbmp.seed's base, the worker's name)``
-and caps BLAS/OpenMP threads at the client's ``set_worker_threads`` (else cores //
-workers on that host): what ``_forking.child_started`` does in a forked worker.
-
-A ``spawn`` rank needs no plugin: its process is started by nbmp on the worker and gets
-the same settings for its rank (``rank._AsRank``).
+"""nbmp's fork-safety settings on the Dask workers that run a ``Pool(..., cluster=)``'s tasks: a
+worker plugin (joining and restarted workers too) that seeds and caps threads as
+``_forking.child_started`` does. A ``spawn`` rank needs none: nbmp starts its process (``rank._AsRank``).
 """
 
 from __future__ import annotations

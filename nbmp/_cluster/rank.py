@@ -1,12 +1,9 @@
 """What runs on a Dask worker for one rank of ``nbmp.spawn(..., cluster=)``.
 
-The Dask task does not call ``fn`` itself: it starts one nbmp worker process (forked
-from the Dask worker, as on one machine) and supervises it. So the rank's output is
-captured at the file-descriptor level by nbmp's own relay, its end is a real exit code or
-signal, a cancelled task stops at once (the child is killed; the Dask worker lives on,
-where a running Dask task could not be stopped at all), and the child gets nbmp's fork
-safety for its rank (seed and thread cap, ``child_started``). What the rank prints and how
-it ends travel to the client as Dask events on the run's topic (``log_event``).
+The Dask task forks one nbmp worker process and supervises it, so the rank's output is relayed
+at the descriptor level, its end is a real exit code or signal, a cancelled task stops at once
+(the child is killed, the Dask worker lives on), and the child gets nbmp's fork safety. Output and
+ends reach the client as Dask events on the run's topic (``log_event``).
 """
 
 from __future__ import annotations

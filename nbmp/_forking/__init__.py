@@ -1,12 +1,7 @@
 """Fork safety: the layer every nbmp fork and every nbmp child goes through.
 
-``registry``: the fork-handler registry, nbmp's ``ForkLock``s, the per-worker seed and
-thread budget, and the three points of a fork (before, after in the parent, the
-child's entry). ``handlers/``: one small handler per framework. ``threads``: which
-threads are alive at a fork. ``launch``: the record of what a child needs from its
-start (``Launch``). ``on_import``: run a handler when its framework is
-first imported in a child. Above ``_base`` only; the backend's ``popen_fork`` and
-``process`` call into it.
+Its modules are listed in docs/design.md ("Layers"); above ``_base`` only, called by the backend's
+``popen_fork`` and ``process``.
 """
 
 from . import handlers, launch, registry, threads

@@ -1,12 +1,8 @@
 """What a child of nbmp needs from its first instruction: one declared record, not loose
 attributes on the process object.
 
-Whoever starts a process says what it is (``spawn``: rank and world size, a worker;
-a Pool: its slot, a worker); ``Process.start`` completes the record with the settings of
-that moment (``registry.stamp``: the parent's pid, the seed to derive from, the thread
-budget); the child's bootstrap reads it (``registry.start_child``; ``worker`` also sets
-how it takes SIGINT and its parent's death). The record travels with the process object:
-inherited by fork, pickled with it under spawn and forkserver.
+The starter fills it in, ``Process.start`` completes it (``registry.stamp``), and the child's
+bootstrap reads it (``registry.start_child``); it travels with the process object.
 """
 
 from __future__ import annotations

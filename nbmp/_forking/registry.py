@@ -1,33 +1,10 @@
 """Fork safety: the fork-handler registry, nbmp's quiescing locks, per-worker seeds
 and thread budgets, and the entry every nbmp child runs.
 
-The timeline of one nbmp fork (``nbmp/_backend/popen_fork.py``) and of every nbmp child:
-
-1. parent, just before ``os.fork()``: each hazard not yet reported in this process
-   is shown once as a :class:`ForkSafetyWarning`; then ``before`` of every handler in
-   reverse registration order -- user handlers first, nbmp's own threads last (their
-   :class:`ForkLock` s are acquired: those threads are at a safe point);
-2. parent, after the fork: ``after_in_parent`` in registration order (ForkLocks
-   released first, user handlers last);
-3. every nbmp child, any start method, before its target runs
-   (``_NbmpProcess._bootstrap`` -> :func:`child_started`): ``in_child`` of every
-   built-in handler (fresh ForkLocks, RNGs reseeded, thread pools capped, CUDA reset),
-   then -- only in a child nbmp forked itself -- each user ``after_in_child``.
-
-Points 1 and 2 run once for a round of forks (``popen_fork.fork_round``: the workers of a
-``spawn`` or a Pool).
-
-Only nbmp's own forks run this: none of it is registered with ``os.register_at_fork``,
-so plain ``multiprocessing`` and ``os.fork`` behave as without nbmp (the sharing layer
-registers at-fork hooks for its own locks and connections only).
-
-For nbmp's own background threads (how the integrator wires them): create a
-``ForkLock(name)`` and do each unit of the thread's work that touches shared state
-inside ``with lock:`` -- never a blocking wait (a pipe read, ``queue.get``, a sleep)
-inside it, since the fork waits for the lock. Threads whose code lives in ``nbmp``
-are known to nbmp and never reported as hazards. The child has none of those
-threads: restart one lazily where needed (compare the ``os.getpid()`` it was
-started in).
+docs/fork_safety.md has the timeline of a fork (``before`` in reverse order, once per
+``popen_fork.fork_round``; ``after_in_parent``; :func:`child_started` in every child) and
+how nbmp's own threads use a :class:`ForkLock`. Only nbmp's own forks run this: none of it
+is registered with ``os.register_at_fork``.
 """
 
 from __future__ import annotations
@@ -58,8 +35,7 @@ from .handlers.thread_pools import NativePools, ThreadEnvironment
 __all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worker_threads",
            "child_started", "hazards", "ForkSafetyWarning"]
 
-# ---------------------------------------------------------------------------
-# Settings: the base seed and the worker thread budget
+# -- Settings: the base seed and the worker thread budget ------------------------------------------
 
 _base_seed: Optional[int] = None
 _started = itertools.count()  # index for a process started without a rank, counted from the last seed()
@@ -117,11 +93,8 @@ def fork_settings() -> Dict[str, Any]:
 
 
 def stamp(launch: Launch) -> Launch:
-    """``launch`` completed at ``start()`` with what the child needs of this moment: the
-    parent's pid, whether this is its main thread, the seed to derive from, the thread
-    budget, the tree, and an index (its start order) if the starter gave none. A starter
-    (``spawn``, a Pool) stamps its workers itself, in the thread that starts them, and
-    ``start()`` keeps a launch this process and thread stamped."""
+    """``launch`` completed at ``start()`` with what the child needs of this moment (parent pid, main
+    thread or not, seeds, thread budget, tree, and an index in start order if the starter gave none)."""
     with _seeding:
         base_seed, index = _base_seed, next(_started) if launch.index is None else launch.index
     threads = worker_threads_setting()
@@ -154,21 +127,13 @@ def _derive_seed(base: Optional[int], index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"nbmp:{base}:{index}".encode()).digest()[:8], "little")
 
 
-# ---------------------------------------------------------------------------
-# Quiescing nbmp's own threads
+# -- Quiescing nbmp's own threads ------------------------------------------------------------------
 
 
 class ForkLock(_thread.RLock):  # type: ignore[misc]  # the C lock: typeshed marks it final
-    """A re-entrant lock nbmp holds across each of its forks: a background thread that
-    does its work inside ``with lock:`` is at a safe point whenever nbmp forks. The
-    parent gets it back after the fork; the child gets it fresh and unheld.
-
-    The C ``RLock`` itself, not a Python wrapper around one: its ``__enter__`` runs no
-    Python code, so an interrupt cannot land between taking the lock and entering the
-    block (a wrapper's ``__enter__`` returning after its acquire was such a moment: the
-    lock stayed held by the main thread for good, and a Pool's task thread waited on it
-    forever, once in 300 interrupted Queue transfers).
-    """
+    """A re-entrant lock nbmp holds across each of its forks (fresh and unheld in the child), so a
+    background thread working inside ``with lock:`` is at a safe point whenever nbmp forks. The C
+    ``RLock`` itself: its ``__enter__`` runs no Python code, so no interrupt lands between acquire and block."""
 
     HOLD_TIMEOUT = 10.0  # a thread stuck inside its lock longer than this is reported, not waited for
 
@@ -214,14 +179,11 @@ class _ForkLocks:
 
 _fork_locks = _ForkLocks()
 
-# Held while the seed and the count are read or set: threads that start processes at once meet here,
-# and a free-threaded build runs them truly in parallel (no GIL between the two reads, nor inside next()).
-# A ForkLock: held across nbmp's forks, fresh in its children.
+# Held while the seed and the count are read or set: a free-threaded build has no GIL between the reads.
 _seeding = ForkLock("nbmp seed and start count")
 
 
-# ---------------------------------------------------------------------------
-# The registry
+# -- The registry ----------------------------------------------------------------------------------
 
 Callback = Optional[Callable[[], object]]
 
@@ -309,8 +271,7 @@ Hooks = Dict[str, List[Callable[[], None]]]  # module name -> what to run once i
 
 
 def _split() -> Tuple[List[ForkHandler], Hooks]:
-    """``(the handlers that apply now, the in_child calls of those waiting for their framework,
-    by module)``."""
+    """The handlers that apply now, and the in_child calls of the others by the module they wait for."""
     applying: List[ForkHandler] = []
     hooks: Hooks = {}
     for handler in _builtins + _user_handlers:
@@ -344,8 +305,7 @@ def _report(handler: ForkHandler, point: str) -> None:
     traceback.print_exc()
 
 
-# ---------------------------------------------------------------------------
-# The three points of an nbmp fork, and the child entry
+# -- The three points of an nbmp fork, and the child entry -----------------------------------------
 
 _warned: set[str] = set()
 _forked_by_nbmp = False
@@ -398,9 +358,8 @@ def before_fork(launch: Optional[Launch] = None) -> None:
 
 
 def prepare_fork_server() -> None:
-    """In a fork server, once its preloads are imported and before it forks: each applying
-    handler's ``in_fork_server`` (in reverse order, as ``before``: the collector's freeze last,
-    after what the others made). Called by ``nbmp._backend.fork_server_ready``; never raises."""
+    """In a fork server, once its preloads are imported: each applying handler's ``in_fork_server``,
+    in reverse order like ``before`` (the collector's freeze last); never raises."""
     for handler in reversed(_split()[0]):
         _run(handler, "in_fork_server")
 
@@ -417,11 +376,9 @@ def after_fork_in_child() -> None:
 
 
 def child_started(launch: Launch, forked: bool = False) -> Worker:
-    """Every nbmp child's first step, any start method: run the built-in handlers (fresh
-    ForkLocks, per-worker seeds, thread caps, CUDA reset), then, in a child nbmp forked,
-    the users' ``after_in_child``. ``launch`` was stamped at start; ``nprocs=0`` means the
-    run's size is unknown: one thread. ``forked``: nbmp forked this child (its caller knows;
-    else :func:`after_fork_in_child` said so)."""
+    """Every nbmp child's first step, any start method: the built-in handlers, then, in a child nbmp
+    forked (``forked``, or :func:`after_fork_in_child` said so), the users' ``after_in_child``.
+    ``launch.nprocs=0`` means the run's size is unknown: one thread."""
     global _forked_by_nbmp
     if _forked_by_nbmp:
         forked, _forked_by_nbmp = True, False
@@ -447,8 +404,7 @@ def _become(worker: Worker, launch: Launch) -> None:
 def _worker_of(launch: Launch, forked: bool) -> Worker:
     index = launch.index or 0
     seed = _derive_seed(launch.base_seed, index) if launch.seed is None else launch.seed
-    # Not forked by nbmp, yet a fork: its OS parent is not the process that started it, the fork
-    # server is (a spawned child is the starter's own; so is any child nbmp forked).
+    # A fork server's child: its OS parent is not the process that started it.
     from_server = not forked and launch.parent != 0 and os.getppid() != launch.parent
     return Worker(index=index, nprocs=launch.nprocs, seed=seed, threads=thread_budget(launch),
                   explicit_threads=launch.threads is not None, forked=forked, from_fork_server=from_server)

@@ -1,14 +1,9 @@
 """Which threads are alive at a fork, and which of them are a hazard.
 
-A thread is classified by where its code lives (its target's module, else its
-class's module): nbmp's own threads quiesce through ``nbmp._forking.ForkLock``;
-the kernel's (ipykernel, IPython, zmq, tornado, ...) and the standard library's
-multiprocessing helpers (queue feeders, Pool handlers) are idle or fork-aware;
-anything else alive besides the main thread is a user thread that may hold a lock
-across the fork -- the real hazard CPython 3.12+'s generic DeprecationWarning is
-about. A thread whose target has returned (``threading`` deletes ``_target`` then,
-while the thread still shows in ``enumerate()`` for a moment) is *finished*: it runs
-no more user code, and its target -- what told whose it was -- is gone.
+A thread is classified by its target's (else its class's) module: nbmp's quiesce through a
+``ForkLock``; the kernel's and multiprocessing's helpers are idle or fork-aware; any other is a
+user thread that may hold a lock across the fork. One whose target returned (``threading``
+deleted ``_target``, the thread still listed a moment) is *finished*.
 """
 
 from __future__ import annotations

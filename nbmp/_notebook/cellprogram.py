@@ -1,10 +1,7 @@
 """A notebook cell compiled to run in workers: the engine of the ``%%nbmp`` cell magic.
 
-The cell runs in each worker with ``rank`` and ``world_size`` defined and the
-notebook's globals visible: under fork the worker inherits the notebook's namespace;
-under spawn and forkserver the globals the cell's code refers to are shipped by value
-(cloudpickle), checked before any process starts. The value of the cell's last
-expression, if it ends with one, is the worker's result.
+Under fork the worker inherits the notebook's namespace; under spawn and forkserver the globals
+the cell names are shipped by value, checked before any process starts.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
 """nbmp's Pool: the standard Pool with cloudpickle, that never hangs on a dead worker.
 
-``pool`` (``Pool``, ``parallel_map``), ``worker`` (the worker loop and its task
-slot), ``watch`` (the parent's watch over the workers), ``errors`` (what the caller
-gets when a task fails or a worker dies), ``progress`` (progress of a map),
-``serial`` (torch_xla's ``SerialExecutor`` and ``ForkShared``), ``executor``
-(``ProcessPoolExecutor``, the ``concurrent.futures`` executor on nbmp's workers). A peer of
-``_spawn``; neither imports the other.
+Its modules are listed in docs/design.md ("Layers"); a peer of ``_spawn``, neither imports the other.
 """
 
 from .._base.exceptions import RemoteTaskError

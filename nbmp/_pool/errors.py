@@ -1,13 +1,8 @@
 """What a Pool raises in the caller when a task fails or a worker dies.
 
-* :class:`WorkerLostError`: a worker died while it held a task (SIGKILL, a
-  segfault, ``os._exit``, the out-of-memory killer). The message is built from the
-  worker's end (``nbmp._base.WorkerExited``, the record spawn and the dashboard read
-  too): the worker, its exit code or signal, the likely cause and its memory.
-* A task's exception crosses to the parent by nbmp's one remote-traceback path
-  (``nbmp._backend.remote``): its original type, with the worker's traceback -- cell
-  lines included -- as ``__cause__``; one that would not unpickle in the parent
-  becomes a ``RemoteTaskError`` instead of killing the Pool's result thread.
+:class:`WorkerLostError`'s message is built from the worker's end (``nbmp._base.WorkerExited``);
+a task's exception crosses by ``nbmp._backend.remote``, a ``RemoteTaskError`` where it would not
+unpickle (rather than killing the Pool's result thread).
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """``nbmp.ProcessPoolExecutor``: the standard ``concurrent.futures`` executor on nbmp.
 
-What differs from ``concurrent.futures.ProcessPoolExecutor``:
-
-* its workers are started from an nbmp context (``mp_context=None`` means nbmp's
-  default, fork first; spawn with ``max_tasks_per_child``, as the stdlib picks) as
-  workers: nbmp's fork-safety handling, SIGINT ignored, death with this process;
-* each call (function, args, kwargs) is pickled by nbmp's pickler in ``submit`` and
-  travels as bytes inside the stdlib's ``_CallItem`` (as loky does), loaded by the worker
-  as it takes the item from the queue, where the stdlib's worker loads its calls:
-  lambdas and cell-defined functions work under every start method, arrays and tensors
-  go by shared memory. Under fork the workers start at the first ``submit``, before its
-  call is pickled, and a ``__main__`` function or class they inherited goes by
-  reference, as the standard executor sends it (see ``_backend.main_module``). Results
-  come back through the context's ``SimpleQueue``, which for an nbmp context pickles
-  with nbmp too;
-* a call that cannot be pickled fails its future (``result()`` raises), as the stdlib's
-  does, but at once and with nbmp's message that names the culprit;
-* a worker that dies makes the pending futures raise ``BrokenProcessPool`` whose message
-  names the worker's pid and exit code or signal and the likely cause (the
-  :class:`nbmp.WorkerLostError` chained as ``__cause__``), where the stdlib only says
-  "terminated abruptly".
-
-The standard executor given ``mp_context=nbmp.get_context()`` starts nbmp processes
-and gets results by cloudpickle, but its calls still cross by the standard pickler:
-a lambda or cell-defined function fails there.
+What differs from the standard executor (docs/dropin.md): workers from an nbmp context (spawn
+with ``max_tasks_per_child``, as the stdlib picks); each call pickled by nbmp in ``submit`` and
+carried as bytes inside the stdlib's ``_CallItem`` (as loky does), so the standard executor given
+an nbmp context would still refuse a lambda; an unpicklable call fails its future at once; a dead
+worker's ``BrokenProcessPool`` names its pid, exit code or signal and likely cause.
 """
 
 from __future__ import annotations
@@ -166,10 +147,8 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
         return super().submit(_call_pickled, _pickling.Pickled(data), inherited)
 
     def _workers_inherit(self) -> Optional[MainObjects]:
-        """Under fork, what the workers inherited of ``__main__``, once they run (the stdlib
-        starts them all at the first submit: here, before its call is pickled; its manager
-        thread starts after, as the stdlib's does, once the call waits); else None: what
-        ``submit`` pickles under, and what it tells the worker to send its value under."""
+        """Under fork, what the workers inherited of ``__main__`` (started here, before the first call is
+        pickled), which ``submit`` pickles under and the worker sends its value under; else None."""
         if not self._forks():
             return None
         with self._shutdown_lock:

@@ -1,24 +1,11 @@
 """The Pool's result pipe, read frame by frame, so that a frame its writer never finished is noticed.
 
-A message on a ``multiprocessing`` pipe is a frame: its length, then that many bytes. The
-stdlib's ``Connection`` reads the length and then blocks until the bytes have come. A worker
-killed while writing a result leaves its frame short: the reader waits forever, and whatever
-is written after it (the death's notice, the other workers' results) is read as the rest of
-that frame.
-
-A worker writes with the result lock held and its slot saying ``SENDING`` (see ``worker``).
-When one dies so, the Pool's watcher keeps the lock taken (so nothing more is written) and
-hands the death's notice to this reader (:meth:`FrameReader.hand_over`). The reader settles it
-the next time it finds the pipe empty, which, with nobody writing, is soon:
-
-* at the start of a frame, everything the dead worker wrote has been read: its notice is
-  returned as the next message, as if it had come through the pipe behind them;
-* inside a frame, that frame is the dead worker's and can never end: :class:`StreamCut` is
-  raised, carrying the notice.
-
-Either way the lock is given back then. Each read of the pipe waits in ``poll`` (on the pipe
-and a wake-up pipe) rather than in ``read``; small messages are read many at a time, so a
-queue of small results costs fewer system calls than the stdlib's two reads per message.
+The stdlib's ``Connection`` blocks for the rest of a frame that a killed worker left short, and
+would read what follows as its rest. Here the watcher keeps the result lock taken and hands the
+death's notice over (:meth:`FrameReader.hand_over`); at the next empty pipe, at a frame's start the
+notice is returned as the next message, inside one :class:`StreamCut` is raised (docs/pool.md), and
+the lock is given back. Reads wait in ``poll`` (pipe and wake-up pipe) and take small messages many
+at a time.
 """
 
 from __future__ import annotations
@@ -120,10 +107,8 @@ class FrameReader:
         return _pickling.loads_whole(data)
 
     def _take(self, n: int, inside: bool) -> bytearray:
-        """The next ``n`` bytes of the stream. Small reads are buffered (one read takes every
-        small message queued); the rest of a bigger message is read straight into its own
-        buffer (buffered, a message of tens of KiB that comes in pieces was copied once per
-        piece: 1.14x the standard reader's time at 37 KB)."""
+        """The next ``n`` bytes of the stream: small reads buffered, the rest of a bigger message read
+        straight into its own buffer (buffered, it would be copied once per piece)."""
         if n <= _SMALL:
             while len(self._buf) - self._pos < n:
                 self._fill(inside or len(self._buf) > self._pos)

@@ -1,22 +1,10 @@
 """nbmp's Pool: the standard Pool, with cloudpickle, that never hangs on a dead worker.
 
-What differs from ``multiprocessing.pool.Pool`` (the stdlib's threads and
-result objects are kept; only these pieces are overridden):
-
-* **Pickling.** Built on its context's ``SimpleQueue``, which for an nbmp
-  context pickles with cloudpickle: tasks, results and the initializer may be
-  lambdas or cell-defined functions under every start method.
-* ``Process`` (the stdlib's worker factory, here ``Watch.make_worker``) starts nbmp's worker loop
-  (``worker``) with a shared-memory *slot* saying which task the worker
-  holds, and registers the worker with the Pool's :class:`~nbmp._pool.watch.Watch`.
-  A worker that dies holding a task makes that task's call raise
-  :class:`~nbmp.WorkerLostError` at once (see ``watch`` and docs/pool.md).
-* ``map``/``starmap`` take ``progress=`` (see ``progress``) and, like
-  ``apply``, answer a KeyboardInterrupt by terminating the Pool: the running
-  tasks stop, no worker is left behind, and the interrupt propagates.
-* A map's function is pickled once per map, not once per chunk (``Prepickled``).
-* Input is checked before anything is queued (``func`` callable, ``chunksize``
-  a positive int, ``processes`` a positive int).
+The stdlib's threads and result objects are kept; overridden: pickling (its context's
+``SimpleQueue`` pickles with cloudpickle), the worker factory (``Watch.make_worker``: a worker that
+dies holding a task fails that task's call with :class:`~nbmp.WorkerLostError`, see docs/pool.md),
+``progress=`` on ``map``/``starmap``, an interrupt that terminates the Pool, a map's function
+pickled once per map (``Prepickled``), and input checked before anything is queued.
 """
 
 from __future__ import annotations
@@ -153,12 +141,8 @@ class Pool(_stdpool.Pool):
                 self._pool.append(w)
 
     def _get_sentinels(self) -> List[Any]:
-        # The standard Pool's worker thread also waits on the result pipe, so it wakes at every
-        # result and, while one waits there unread, turns round and round (each turn reaps
-        # nobody) until the result thread has read it: ~80 turns for a 4-item map, CPU the result
-        # thread and the workers could use. It needs no result to wake: a worker's exit wakes it
-        # through the worker's sentinel, and the change notifier tells it the rest (a close or
-        # terminate, and the last pending call done: the ThreadPool's wait, the same).
+        # Not the result pipe too, as the stdlib: its worker thread would spin while a result waits
+        # unread; worker exits wake it by their sentinels and the change notifier tells it the rest.
         return [self._change_notifier._reader]
 
     def _setup_queues(self) -> None:
@@ -174,10 +158,7 @@ class Pool(_stdpool.Pool):
 
     @classmethod
     def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:
-        # The stdlib blocks on the task queue's lock here; a worker that died holding
-        # it would make terminate() hang, so wait a bounded time and drain regardless.
-        # An idle worker holds that lock while it waits for a task: with nothing queued there
-        # is nothing to drain and no reason to wait for it (an interrupt must end at once).
+        # The stdlib blocks on the task queue's lock, which a dead worker may hold: wait a bounded time.
         if not inqueue._reader.poll():
             return  # nothing queued to drain; an idle worker's hold ends with the worker
         watch = watch_of(inqueue)
@@ -185,13 +166,8 @@ class Pool(_stdpool.Pool):
         while not inqueue._rlock.acquire(timeout=0.05):
             if time.monotonic() > deadline or not inqueue._reader.poll():
                 break
-        # Read, not loaded: the tasks are thrown away, and loading one would map its arrays and
-        # ask the janitor for each (seen hanging behind the task thread's own request under
-        # load); their tickets are given back by release_unread() once the workers are gone.
-        # Bytes, not messages: a stream that a worker died reading is cut mid-message, and
-        # its framing read from there asks for gigabytes.
-        # Never a blocking read: the drain of _unblock_threads, or a live worker, may take the
-        # bytes that poll() saw (the terminate then hung, or the interpreter's exit waited 5 s).
+        # Raw bytes, never loaded (release_unread() gives their tickets back; a stream cut mid-message
+        # has no framing) and never a blocking read (_unblock_threads or a live worker may take them).
         fd = inqueue._reader.fileno()
         while task_handler.is_alive() and inqueue._reader.poll():
             _posix.read_nowait(fd, 1 << 20)
@@ -240,11 +216,8 @@ class Pool(_stdpool.Pool):
 
     @_interrupts.step
     def _drop_queues(self) -> None:
-        # A finished Pool no longer needs its queues, and under spawn/forkserver their
-        # named semaphores stay in /dev/shm while anything (a result, a traceback's frame
-        # in a notebook) keeps the Pool alive: let them go now. Their connections' __del__
-        # runs here, in the caller's thread: an interrupt landing in one would be printed
-        # and dropped ("Exception ignored in ... __del__"), so it is raised after them.
+        # Under spawn/forkserver the queues' named semaphores stay in /dev/shm while anything keeps the
+        # Pool alive; an interrupt in their __del__ would be printed and dropped, so it waits (step).
         self._inqueue = self._outqueue = self._quick_put = self._quick_get = None
         self._cache.notifier = self._change_notifier = None
         self._watch.inqueue = self._watch.outqueue = None
@@ -345,9 +318,8 @@ class Pool(_stdpool.Pool):
     @classmethod
     def _terminate_pool(cls, taskqueue: Any, inqueue: Any, outqueue: Any, pool: Any, change_notifier: Any,
                         worker_handler: Any, task_handler: Any, result_handler: Any, cache: Any) -> None:
-        # terminate() kills workers mid-way, and the stdlib's task and result threads, which it
-        # then joins, may wait on what a dead worker left: see _unblock_threads. Not for a Pool
-        # that had nothing in flight (Watch.settled; the common `with Pool() as p: p.map(...)`).
+        # The stdlib's threads that terminate() joins may wait on what a killed worker left; a Pool
+        # with nothing in flight (Watch.settled) needs no help.
         unblocking, watch = None, watch_of(inqueue)
         if not (watch is not None and watch.quiet and not cache):
             unblocking = _daemons.start(_unblock_threads, inqueue, outqueue, watch and watch.frames, pool, worker_handler,
@@ -360,15 +332,9 @@ class Pool(_stdpool.Pool):
 
 def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader], pool: List[Any],
                      worker_handler: Any, task_handler: Any, result_handler: Any) -> None:
-    """Free the terminate from what the workers it kills leave its threads waiting on.
-
-    The result thread stops reading at a terminate while the workers still write: once it has
-    ended, ``_read_away`` reads on (a full pipe would hold the terminate's own last message and
-    the task thread's). Once every worker is dead: the rest of a result a killed worker cut
-    (see frames) ends the reads; the result queue's lock is freed (a worker killed while
-    writing held it); and a full task pipe (a task bigger than the pipe, written while the
-    worker reading it was killed: nobody reads the rest) is drained as bytes until the task
-    thread ends."""
+    """Free the terminate's threads: ``_read_away`` reads results on once the result thread has ended
+    (a full pipe would hold the terminate's last message); once every worker is dead, a cut result
+    ends the reads, the result lock a killed writer held is freed, and the task pipe is drained."""
     worker_handler.join(timeout=30)  # no worker is started any more
     reading = None if reader is None else _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
     _wait_for_all([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
@@ -433,10 +399,8 @@ def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:
 
 def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int, watch: Watch,
                      workers: List[Any]) -> None:
-    """Emit the map's events to ``sink`` from this (the caller's) thread until it is done,
-    the end of each worker that dies holding one of its tasks included. A sink with
-    ``timeline = False`` (the text bar) gets no ``TaskRan`` per chunk: making them would
-    cost this thread, which competes with the Pool's result thread, time for nothing."""
+    """Emit the map's events (deaths of workers holding its tasks included) to ``sink`` from the caller's
+    thread until it is done; a sink with ``timeline = False`` gets no per-chunk ``TaskRan``."""
     run_id, total = new_run_id(), watch.lengths.get(result._job, 0)
     chunks = result._number_left
     ran = _chunks_ran(result) if getattr(sink, "timeline", True) else deque()

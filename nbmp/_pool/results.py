@@ -1,14 +1,8 @@
 """The standard Pool's result objects, waiting in slices of ``posix.INTERRUPT_SLICE``.
 
-The kernel may hand a process's SIGINT to a thread other than the main one (one of the Pool's
-own, or a kernel's) when the main thread does not take it: a signal sent from another thread
-of the process, as ipykernel's "message" interrupts are, or one that lands while the main
-thread blocks it. Python then raises it at the main thread's next bytecode, which an untimed
-wait (``AsyncResult.get()``, iterating ``imap``) never reaches before the call ends. In
-slices, it is raised within one, as in ``spawn``'s ``join``.
-
-The Pool's calls return these subclasses (same state, ``isinstance`` unchanged): the stdlib
-makes each result object, and :func:`sliced` switches its class.
+A SIGINT the kernel gave another thread (ipykernel's "message" interrupts) is raised at the main
+thread's next bytecode, which an untimed wait never reaches; in slices it comes within one.
+:func:`sliced` switches the class of each result object the stdlib makes (``isinstance`` unchanged).
 """
 
 from __future__ import annotations

@@ -13,16 +13,9 @@ __all__ = ["Prepickled"]
 
 
 class Prepickled:
-    """A map's function, pickled once for all its tasks and rebuilt once per worker.
-
-    cloudpickle sends a notebook function by value, which costs tens of
-    microseconds per task; a map of many chunks would pay it per chunk, on both
-    sides. The bytes are made at the first task and reused; workers keep the few
-    latest functions by their bytes (identical bytes, identical function).
-    A lambda whose code the workers inherited by fork goes as a reference to that code
-    (``MainObjects.function_by_code``). A function that carries shared arrays or tensors
-    is pickled per task instead: each handle in it can be loaded by one process only.
-    """
+    """A map's function, pickled at its first task for all of them (not per chunk) and rebuilt once per
+    worker, which keeps the latest few by their bytes. One that carries shared arrays is pickled per
+    task instead: each handle can be loaded by one process only."""
 
     __slots__ = ("func", "reduced")
 

@@ -1,10 +1,8 @@
 """torch_xla's two multiprocessing helpers, for any framework: a serial executor and a
 fork-shared object.
 
-Both hold a lock of an nbmp context, made in the parent. A lock crosses to a
-child by inheritance (fork) or as an argument of the child's start (spawn and
-forkserver: ``Process``/``spawn`` args, a Pool's ``initargs``), never through a
-queue -- the same rule as for any ``multiprocessing.Lock``.
+Both hold a lock made in the parent, which crosses to a child by fork or as a start argument,
+never through a queue, as any ``multiprocessing.Lock``.
 """
 
 from __future__ import annotations
@@ -20,9 +18,7 @@ __all__ = ["SerialExecutor", "ForkShared"]
 T = TypeVar("T")
 R = TypeVar("R")
 
-# Live instances by token. A forked child inherits this table, so an instance that
-# travels to it inside a task (a lambda naming it, cloudpickled by value) resolves to
-# the inherited object instead of a copy: no pickled lock, no copied model.
+# Live instances by token: a forked child resolves one sent inside a task to its inherited object, not a copy.
 _instances: "weakref.WeakValueDictionary[Tuple[int, int], _Inherited]" = weakref.WeakValueDictionary()
 _tokens = itertools.count()
 

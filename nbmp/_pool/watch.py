@@ -1,23 +1,9 @@
 """How a Pool notices dead workers and fails the calls that waited on them.
 
-The stdlib's worker-handler thread reaps a dead worker and starts a new one,
-but the task the dead worker held is forgotten and its caller waits forever
-(python/cpython#96062). nbmp keeps the stdlib's threads and adds:
-
-* a **watcher thread** per Pool that waits on the workers' sentinels, samples
-  their memory (for the error message) and, when one dies, reads its slot
-  (see ``worker``) to learn what it held;
-* a **notice** it writes on the Pool's own result queue, *after* the death was
-  observed, so every result the dead worker sent before dying is read first;
-* a **reader** wrapped around the result queue that hands notices to
-  :meth:`Watch.handle` (in the stdlib's result thread, the only thread that
-  completes results, so no result is completed twice) and passes every other
-  message through unchanged -- one type check per message.
-
-What a death costs the Pool: in the common case (the worker died running a
-task) only that task's call fails and the worker is replaced, so the Pool stays
-usable. If the worker may have died holding one of the Pool's queue locks, or
-the initializer failed, every pending call fails and the Pool is closed.
+The stdlib forgets the task a dead worker held (python/cpython#96062); docs/pool.md describes
+the slot, the watcher thread and what a death costs the Pool. The watcher's notice goes on the
+Pool's own result queue after the death, so every result the dead worker sent is read first,
+and the stdlib's result thread handles it (:meth:`Watch.handle`): no result completes twice.
 """
 
 from __future__ import annotations
@@ -121,11 +107,8 @@ class Watch:
     # -- the worker factory's side ------------------------------------------------
 
     def make_worker(self, ctx: Any, *args: Any, **kwds: Any) -> Any:
-        """Make a worker process running nbmp's worker loop with a fresh slot, registered here.
-
-        Called by the stdlib as ``Process(ctx, target=worker, args=(...))``; a dead
-        worker's index is given to its replacement.
-        """
+        """Make a worker running nbmp's worker loop with a fresh slot (a dead worker's index goes to its
+        replacement), called by the stdlib as ``Process(ctx, target=worker, args=(...))``."""
         slot = Slot()
         slot.view[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
         kwds["target"] = worker
@@ -156,10 +139,8 @@ class Watch:
             self.lengths[job] = length
 
     def start(self, pool: Any) -> None:
-        """The Pool's workers and threads run. Its watcher thread starts now where it samples
-        the workers' memory (a forkserver Pool: see ``_Worker.sample_rss``), else at the first
-        replacement of a worker (a death: the stdlib's worker thread reaped it) or at
-        ``close()`` (:meth:`watch_now`): a Pool that loses no worker never starts it."""
+        """The Pool's workers and threads run: start the watcher now where it samples the workers'
+        memory (``_Worker.sample_rss``), else at the first replacement or :meth:`watch_now`."""
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
         self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
         if self._wanted or pool._ctx.get_start_method() != "fork":
@@ -189,11 +170,8 @@ class Watch:
             thread.join(timeout=5.0)
 
     def settled(self, taskqueue: Any) -> bool:
-        """Whether the Pool has nothing in flight, so that terminating it cannot leave one of
-        its threads waiting on what a killed worker held (and needs no ``_unblock_threads``):
-        no pending call, nothing queued or unread, no death seen, no stream cut, and every
-        worker idle, starting, or waiting for a task. Asked by ``terminate()`` once no call
-        can come any more (the Pool's state says so)."""
+        """Whether the Pool has nothing in flight (no pending call, nothing queued or unread, no death,
+        no cut stream, every worker idle), so its terminate needs no ``_unblock_threads``."""
         if self.cache or self.unread or self.deaths or self.broken is not None or self.stream_cut \
                 or self.inqueue is None or self.outqueue is None:
             return False
@@ -207,9 +185,8 @@ class Watch:
         return all(w.slot.view[PHASE] in _HOLDS_NOTHING for w in workers)
 
     def _live_pool(self) -> Any:
-        """The Pool, unless it is gone or being terminated: by ``terminate()``, or by its
-        finalizer alone (the interpreter's exit terminates a Pool left open, whose state
-        then still says it runs)."""
+        """The Pool, unless it is gone or being terminated (by its finalizer too, at the interpreter's
+        exit, while its state still says it runs)."""
         pool = self._pool()
         if pool is None or pool._state == TERMINATE or pool._worker_handler._state == TERMINATE:
             return None
@@ -245,9 +222,7 @@ class Watch:
             sample, timeout = timeout > 0, TICK
             if self._stopping:
                 return
-            # The stdlib's worker thread reaps the dead; reading the exit code it stored
-            # (not polling ourselves) matters under forkserver, where two pollers race
-            # for the one status message and the loser reads 255.
+            # The exit code the stdlib's reaper stored: under forkserver a second poller reads 255.
             unreaped = unreaped + 1 if ready else 0
             reaped = False
             for w in workers:
@@ -289,12 +264,10 @@ class Watch:
         return self.frames is not None and self.outqueue is not None and self.outqueue._wlock is not None
 
     def _free_locks(self, phase: int, code: int) -> None:
-        """Free the queue locks a dead worker held (a Lock has no owner: any process may
-        release it). WAITING and SENDING are stored while the lock is held, so they say it
-        is. A worker killed by a signal may also have died in the instant between taking a
-        lock and storing its phase (IDLE: the task lock; RUNNING, INIT, DECODING: the result
-        lock) or between giving it back and storing the next (SENT): then the lock is the
-        dead one's only if it stays taken while no live worker says it holds it."""
+        """Free the queue locks a dead worker held (a Lock has no owner). WAITING and SENDING say it held
+        one; a phase stored just before taking a lock (IDLE: the task lock; RUNNING, INIT, DECODING:
+        the result lock) or just after giving it back (SENT) counts only if the lock stays taken
+        while no live worker says it holds it."""
         if self.inqueue is None or self.outqueue is None:  # the Pool let its queues go: joined
             return
         rlock, wlock = self.inqueue._rlock, self.outqueue._wlock
@@ -370,14 +343,10 @@ class Watch:
                 release()
 
     def reader(self, conn: Any) -> Callable[[], Any]:
-        """The result queue's ``get``: notices are handled here, results pass through.
-
-        A notice is no result, so after one ``get`` reads on, unless the stdlib's sentinel
-        came already, no call waits and nothing more is queued: then it returns None. (The
-        stdlib's result thread, past its sentinel, drains what ``poll`` says is queued, one
-        ``get`` each: waiting there for a message after a late notice hung ``join``. Before
-        the sentinel a call may still come: a Pool that a notice closed takes one that
-        passed its check a moment before.)"""
+        """The result queue's ``get``: notices are handled here, results pass through. After a notice it
+        reads on, unless the stdlib's sentinel came, no call waits and nothing is queued: then it
+        returns None (past its sentinel the result thread drains one ``get`` per ``poll``, and
+        waiting there hung ``join``)."""
         wlock = self.outqueue._wlock if self.outqueue is not None else None
 
         def give_back() -> None:
@@ -426,13 +395,9 @@ class Watch:
             vars(frames.conn).pop("poll", None)  # the connection held the reader, which holds it
 
     def read_late_results(self, result_thread: threading.Thread) -> None:
-        """The Pool was closed: once its result thread ends (no call waits any more), read
-        what its workers still write until they are gone.
-
-        A worker's death fails its map at once while the map's other tasks still run; their
-        results come after the result thread has ended, and a worker writing one bigger than
-        the pipe would block for good (``join`` with it). Read as messages, not bytes: a
-        result's arrays hold shared memory that only loading gives back."""
+        """The Pool was closed: once its result thread ends, read what its workers still write until
+        they are gone (a result bigger than the pipe would block ``join``); loaded, not read as bytes,
+        since only loading gives a result's shared memory back."""
         if self._reading_late or self._get is None or self.outqueue is None:
             return
         self._reading_late = True
@@ -456,10 +421,8 @@ class Watch:
             pass
 
     def _drain_cut_stream(self) -> None:
-        """The result stream is cut: nothing in it reads as results any more, but the live
-        workers still write theirs, holding its lock while the pipe is full (and the Pool's
-        terminate waits for that lock). Read it away until the Pool is terminated and its
-        workers are gone."""
+        """The result stream is cut, but live workers still write, holding its lock (which terminate
+        waits for) while the pipe is full: read it away until the workers are gone."""
         def workers_may_write() -> bool:
             pool = self._pool()
             return pool is not None and not (pool._state == TERMINATE and
@@ -589,13 +552,9 @@ def _fail(result: Any, i: int, error: BaseException) -> None:
 
 
 class _Remainder:
-    """Stands in the Pool's cache for a map that failed early, until each of its other tasks
-    has given a result (read and dropped), died or been skipped unsent.
-
-    While a call is in the cache the stdlib's threads behave as for any pending call: the
-    result thread reads on (a worker writing a result bigger than the pipe is never left
-    blocked), the worker thread replaces workers that exit (the tasks already queued still
-    find one), and ``close(); join()`` waits for the tasks, as it does for any."""
+    """Stands in the Pool's cache for a map that failed early, until each of its other tasks has
+    given a result (read and dropped), died or been skipped unsent, so the stdlib's threads treat
+    it as pending (see docs/pool.md)."""
 
     def __init__(self, cache: Any, job: int, left: int) -> None:
         self.cache, self.job, self.left = cache, job, left

@@ -1,18 +1,9 @@
 """The loop a Pool worker runs: the stdlib's ``multiprocessing.pool.worker`` plus a slot.
 
-What differs from the stdlib's ``worker``:
-
-* Before each step the worker writes *what it is doing* into its **slot**, three
-  integers in shared memory that the parent reads once the worker is dead:
-  the job and task index it holds, and a phase (receiving a task, running it,
-  sending its result...). That is how the parent knows which task a dead worker
-  took with it, at the cost of three stores per task (no extra message).
-* SIGINT is ignored: the notebook's interrupt button signals the whole process
-  group, and the parent answers it by terminating the Pool -- workers neither
-  print a KeyboardInterrupt traceback each nor die holding a queue lock.
-* Exceptions cross with the worker's frames (see ``errors``); a task that
-  cannot be unpickled or an initializer that raises is reported to the parent
-  instead of killing the worker silently.
+Before each step the worker writes what it holds into its slot (the phases below), which the
+parent reads once it is dead (docs/pool.md). SIGINT is ignored (the parent terminates the Pool);
+exceptions cross with the worker's frames (``errors``); a task that cannot be unpickled or an
+initializer that raises is reported to the parent instead of killing the worker silently.
 """
 
 from __future__ import annotations
@@ -50,13 +41,8 @@ IDLE, INIT, WAITING, RECEIVING, DECODING, RUNNING, SENDING, SENT = range(8)
 
 
 class Slot:
-    """Three int64s (job, index, phase) in memory shared between the parent and one worker.
-
-    A forked worker inherits the mapping; a spawned one gets the memory's file
-    descriptor when it starts. (Not ``RawArray``: that registers a reducer for
-    each ctypes type with the standard ``ForkingPickler``, and nbmp leaves the
-    standard module's tables alone.)
-    """
+    """Three int64s (job, index, phase) shared between the parent and one worker (a spawned one gets
+    the descriptor at start). Not ``RawArray``, which registers reducers with the standard ``ForkingPickler``."""
 
     def __init__(self, fd: int = -1) -> None:
         if fd < 0:
@@ -107,11 +93,8 @@ class Notice:
 
 
 class Timed(tuple):  # type: ignore[type-arg]  # always (success, value), as the stdlib's results
-    """A task's ``(success, value)`` result that also says which worker ran it and when
-    (for the dashboard's Pool timeline, ``TaskRan``). It unpacks as the stdlib's pair, so
-    the stdlib's result objects take it unchanged. A worker sends the plain tuple
-    ``(success, value, worker, start, end)`` (pickled at C speed, with no reducer to call);
-    the parent's reader makes it a ``Timed`` (:func:`timed`)."""
+    """A task's ``(success, value)`` pair that also says which worker ran it and when (``TaskRan``),
+    made by the parent's reader from the worker's plain 5-tuple (:func:`timed`)."""
 
     worker: Optional[int]
     start: float
@@ -151,14 +134,9 @@ def load_function(data: bytes) -> Any:
 def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
            initargs: Sequence[Any] = (), maxtasks: Optional[int] = None, wrap_exception: bool = False,
            slot: Any = None, inherited: Any = None) -> None:
-    """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``.
-
-    ``inherited``: the ``__main__`` functions and classes this worker has by fork (a
-    ``MainObjects``, None under spawn): its results name them by reference, so that the
-    parent gets its own (an exception of a class a cell defined is caught as itself)."""
-    # Through _signal (the signal module's wrapper writes shared pages in a fresh fork). An nbmp
-    # process ignores SIGINT from its start already; a standard one (a Pool given a
-    # standard context) does from here.
+    """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``; results name the
+    ``__main__`` objects ``inherited`` by reference, so the parent gets its own classes."""
+    # For a standard context's process (an nbmp one already ignores SIGINT); _signal: see interrupts.
     _interrupts.for_worker()
     _posix.default_termination()
     slot = slot.view  # the stores below are the per-task cost of crash tracking

@@ -1,15 +1,9 @@
 """Shared memory for numpy arrays and torch CPU tensors: the public functions.
 
-How it works (details in ``docs/sharing.md``): an array made by
-:func:`zeros`/:func:`empty`/:func:`share` lives in a *segment* (a memory file, or
-a named tmpfs file under the file_system strategy), and nbmp's pickler sends any
-array or tensor whose data lies in a segment as a small handle. Segments' lives
-are kept by a tiny per-tree janitor process (``_janitor.py``), so nothing is left
-behind when processes die. Modules: ``_strategies`` (settings), ``_space`` (room
-checks), ``_client``/``_janitor`` (lifetime), ``_registry`` (what this process
-maps), ``_segments`` (make, send, receive), ``_pocket`` (tickets kept for the
-next send), ``_pool`` (freed segments reused), ``_numpy``/``_torch`` (reducers),
-``_ledger`` (accounting).
+How it works: docs/sharing.md. Modules: ``_strategies`` (settings), ``_space`` (room checks),
+``_client``/``_janitor`` (lifetime), ``_registry`` (what this process maps), ``_segments`` (make,
+send, receive), ``_pocket`` (tickets kept), ``_pool`` (freed segments reused), ``_numpy``/``_torch``
+(reducers), ``_ledger`` (accounting).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Talking to the janitor of this process tree: finding it, starting it, sending it messages.
 
-Every process that shares memory keeps one Unix-socket connection to the janitor
-of its tree (see ``_janitor.py`` for the messages), found by the tree's key
-(``nbmp._base.util.tree``: the root's pid and a secret). Before anything is sent the
-janitor's user is checked: a process of another user that took the janitor's address
-gets nothing. Most messages are one-way, so a transfer costs no round trip on the
-sender's side; a forked child never reuses its parent's connection, since the janitor
-learns a process's death from its connection closing.
+One Unix-socket connection per process, found by the tree's key (``nbmp._base.util.tree``),
+whose peer's user is checked before anything is sent. Most messages are one-way (no round trip
+per transfer); a forked child never reuses its parent's connection, since the janitor learns a
+process's death from its connection closing.
 """
 
 from __future__ import annotations
@@ -36,11 +33,8 @@ _owed: Set[socket.socket] = set()  # connections whose last reply a request gave
 
 
 def tree_root() -> str:
-    """The key of the tree whose janitor this process uses (see ``nbmp._base.util.tree``).
-
-    A forked child inherits its parent's; nbmp's spawned and forkserver children are handed
-    their starter's, so that what they return outlives them.
-    """
+    """The key of the tree whose janitor this process uses (a child's is its starter's, so what it
+    returns outlives it)."""
     return _util.tree()
 
 
@@ -133,11 +127,8 @@ def send(root: str, message: str, fds: Sequence[int] = ()) -> None:
 
 @_interrupts.step
 def request(root: str, message: str) -> Tuple[str, List[int]]:
-    """Send ``message`` and wait for the janitor's one-line reply (and any fds with it).
-
-    An interrupt is held until the reply is read: one raised in between would leave the
-    reply in the socket, to be read as the answer to the next request. A reply that does
-    not come in time is owed: the next request reads it first and throws it away."""
+    """Send ``message`` and wait for the janitor's one-line reply (and any fds), with an interrupt held
+    until it is read; a reply not come in time is owed, and the next request drops it first."""
     with _lock:
         conn = _connection(root)
         if conn in _owed:  # at most one: no request is sent before the last one's reply is read

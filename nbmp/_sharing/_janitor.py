@@ -32,14 +32,12 @@ message carrying it leaves, so a "take", "own" or "drop" of a ticket still unkno
 janitor has read everything every process sent before it names no ticket anybody sent: a
 "take" is refused, the others are ignored.
 
-A segment is freed (its fd closed, its file unlinked) when its last reference
-goes -- or, if its maker pools it (``_pool.py``), kept free for that process to
-claim, until it has been unused IDLE seconds (then freed, its pages punched out,
-since the maker still maps it) or its maker goes. A connection that closes -- its process exited or was killed -- lets go of
-all its holds and of the tickets pocketed on its board (see ``_pocket.py``); other
-tickets survive it, since the message carrying them may still be read. When the root process
-dies, the janitor reads what its processes (which die with it) still send, for up to
-LAST_WORDS seconds, then frees every segment and exits.
+A segment is freed (fd closed, file unlinked) when its last reference goes, or, if pooled
+(``_pool.py``), kept for its maker to claim until unused IDLE seconds (then its pages are punched
+out) or its maker goes. A closed connection lets go of its holds and of the tickets on its board
+(``_pocket.py``); other tickets survive it, as their message may still be read. When the root
+dies, the janitor reads what its processes still send for up to LAST_WORDS seconds, frees every
+segment and exits.
 """
 
 from __future__ import annotations
@@ -354,10 +352,8 @@ class Janitor:
 
 def _ready_now(conn: socket.socket) -> Tuple[bytes, List[int]]:
     """What ``conn`` has for us now, and the descriptors sent with it; BlockingIOError if nothing.
-
-    Not ``socket.recv_fds(..., MSG_DONTWAIT)``: it drops its flags (CPython 3.10 to 3.13), and a
-    blocking read of a connection a claim's drain emptied stalled the janitor until that process
-    sent again, every other process's request with it (a Pool's claim timed out after 60 s)."""
+    Not ``socket.recv_fds(..., MSG_DONTWAIT)``, which drops its flags (CPython 3.10 to 3.13): a blocking
+    read of a connection a claim's drain emptied would stall every other process's request."""
     fds = array.array("i")
     data, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_LEN(MAX_FDS_PER_RECV * fds.itemsize),
                                          socket.MSG_DONTWAIT)

@@ -94,9 +94,7 @@ def zeros(shape: Any, dtype: Any, zero: bool = True) -> "np.ndarray":
     return np.ndarray(shape, dt, buffer=_segments.create(count * dt.itemsize, zero=zero))  # type: ignore[arg-type, no-any-return, unused-ignore]  # numpy's stubs: ndarray() is Any under Python 3.10, and numpy < 2.5 rejects a ctypes array as buffer=
 
 
-# --------------------------------------------------------------------------
-# The reducer
-# --------------------------------------------------------------------------
+# -- The reducer -----------------------------------------------------------------------------------
 
 
 def _rebuildable(cls: type) -> bool:

@@ -1,18 +1,9 @@
 """Tickets this process received for segments it already maps: kept, not handed back at once.
 
-A handle's ticket is one reference to its segment, meant to become the receiver's
-hold. A receiver that already maps the segment (inherited by fork, or received
-before) needs no hold, so the reference would be given back to the janitor, and
-the next time this process sends that segment a new one would be asked for: two
-messages per hop of a round trip. Instead the ticket is *pocketed*: the next send
-of the same segment carries it again, and no message is sent at all.
-
-So that a pocketed ticket is never lost with its process (SIGKILL included), it is
-written in this process's *board*: a small memory file shared with the janitor,
-which reads it when the process's connection closes and drops every ticket still
-there. Tickets are given back when the process stops mapping the segment, or in
-one message when the board is full. A forked child starts with an empty pocket:
-its parent's tickets are its parent's.
+A receiver that already maps the segment needs no hold: it keeps the ticket for its next send
+of that segment, saving two janitor messages per hop. A pocketed ticket is written in this
+process's *board*, a memory file the janitor reads when the connection closes (SIGKILL included);
+tickets go back when the segment is unmapped or the board is full. A forked child's pocket starts empty.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Freed segments kept for reuse: a fresh array moves at the cost of one ``memcpy``.
 
-Making a segment costs far more than filling it: the pages of a new memory file
-are allocated and zeroed by the kernel, and each is faulted into the mapping one
-by one (1 GiB: about three times a ``memcpy``). So a process keeps, in this pool,
-its mappings of segments it made (the file_descriptor strategy, at least the
-sharing threshold), and the next :func:`~nbmp.share` or send of an ordinary
-array of a fitting size copies into one of them instead of making a new one.
-
-Who decides that a pooled segment is free is the janitor: a segment returns to
-its owner's pool only when its last reference goes (no process holds it, no
-message carries it) and no process forked while it was mapped (a child would
-still see it). The owner *claims* a segment with one request, and gets it only
-if it is free. Bounds: :func:`~nbmp.set_sharing_pool` (bytes per process, the
-oldest mapping given back first; seconds unused, after which the janitor frees
-the segment and punches out its pages). A process's pool goes with its
-connection when it exits or is killed, and everything with the tree's root.
+A process keeps its mappings of segments it made (file_descriptor strategy, at least the sharing
+threshold), and the next share or send of a fitting array copies into one instead of faulting in a
+new one. The janitor decides when a pooled segment is free (no reference left, no fork while it
+was mapped) and the owner claims it with one request; see docs/sharing.md for the bounds.
 """
 
 from __future__ import annotations

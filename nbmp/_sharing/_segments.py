@@ -1,14 +1,9 @@
 """Segments: making shared-memory segments, and sending and receiving them as handles.
 
-A segment travels as a :class:`Handle` naming a *ticket*: one reference to the
-segment, registered with the tree's janitor by the sender before the message
-leaves, and turned into the receiver's own hold when it maps the segment. So the
-memory lives while any process maps it or any message carrying it is unread --
-whatever order the processes exit in -- and is freed by the janitor when the
-last reference goes, or when the tree's root process dies. A receiver that
-already maps the segment keeps the ticket for its own next send (``_pocket``);
-a new segment may be a freed one of this process's, reused (``_pool``); the
-segments a process maps are in ``_registry``.
+A segment travels as a :class:`Handle` naming a *ticket*: one reference, registered with the
+tree's janitor before the message leaves and turned into the receiver's hold when it maps the
+segment (docs/sharing.md). A receiver that already maps it pockets the ticket (``_pocket``); freed
+segments are reused (``_pool``); the segments a process maps are in ``_registry``.
 """
 
 from __future__ import annotations
@@ -54,9 +49,7 @@ def _new_name() -> str:
     return f"{_pid}-{next(_counter)}-{_token}"
 
 
-# --------------------------------------------------------------------------
-# Making segments
-# --------------------------------------------------------------------------
+# -- Making segments -------------------------------------------------------------------------------
 
 
 def _open_new(root: str, size: int) -> Tuple[int, str, str]:
@@ -80,11 +73,9 @@ def _discard(fd: int, path: str) -> None:
 
 
 def create(nbytes: int, opened: Optional[Callable[[int, int], None]] = None, zero: bool = True) -> Buffer:
-    """A segment of ``nbytes`` (zero-filled unless ``zero`` is False), mapped and held by this process:
-    a freed one of this process's reused if it fits, else a new one.
-
-    ``opened(fd, size)``, if given, is called while a new segment's file is open (to map it
-    a second time, by another library: torch's shared storages); such a one is never reused."""
+    """A segment of ``nbytes`` (zero-filled unless ``zero`` is False), mapped and held by this process, a
+    freed one reused if it fits. ``opened(fd, size)`` is called while a new one's file is open (torch
+    maps it a second time); such a one is never reused."""
     size = max(nbytes, 1)
     root = _client.tree_root()
     poolable = opened is None and _pool.poolable(size)
@@ -136,11 +127,8 @@ _WRITE_CHUNK = 1 << 30
 
 
 def write_all(fd: int, size: int, flat: Any) -> None:
-    """Write the contiguous bytes ``flat`` (a uint8 buffer) to the new segment ``fd`` of ``size``.
-
-    One ``write`` into the memory file is the one copy of a move (cheaper than faulting
-    in a fresh mapping page by page).
-    """
+    """Write the contiguous bytes ``flat`` to the new segment ``fd``: one ``write``, cheaper than faulting
+    in a fresh mapping page by page."""
     view, done = memoryview(flat), 0
     while done < view.nbytes:
         done += os.write(fd, view[done:done + _WRITE_CHUNK])
@@ -221,9 +209,7 @@ def _refill(root: str, entry: _pool.Entry, ticket: str, fill_mapped: Callable[[B
     return Handle(root, entry.seg, ticket, entry.size, "-")
 
 
-# --------------------------------------------------------------------------
-# Sending and receiving
-# --------------------------------------------------------------------------
+# -- Sending and receiving -------------------------------------------------------------------------
 
 
 def _new_ticket(root: str) -> str:
@@ -252,9 +238,8 @@ def ticket_for(mapped: Mapped) -> Handle:
 
 @_interrupts.step
 def _take_ticket(mapped: Mapped) -> str:
-    """The reference taken and its release noted: both or neither. An interrupt between the
-    two stranded the reference, and the segment stayed until the root exited; held, it is
-    raised once the release is noted."""
+    """The reference taken and its release noted: both or neither (a stranded reference keeps the
+    segment until the root exits)."""
     ticket = _pocket.reuse(mapped.root, mapped.seg)
     if ticket is None:
         ticket = _secret()
@@ -266,10 +251,8 @@ def _take_ticket(mapped: Mapped) -> str:
 
 @_interrupts.step
 def attach(handle: Handle) -> Buffer:
-    """Map the segment ``handle`` names (its ticket becomes this process's hold).
-
-    Whole or not at all: an interrupt waits for the end, since a hold taken from the
-    janitor without the finalizer that gives it back would keep the segment."""
+    """Map the segment ``handle`` names (its ticket becomes this process's hold), whole or not at all:
+    a hold without the finalizer that gives it back would keep the segment."""
     mm = mapped_here(handle.seg)
     if mm is not None:  # already mapped here: the ticket is kept for this process's next send
         if handle.ticket:

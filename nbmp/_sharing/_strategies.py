@@ -1,17 +1,9 @@
 """Sharing settings of this process: the strategy (torch's names), its directory, the size threshold.
 
-``file_descriptor`` (default on Linux): a segment is an anonymous memory file
-(``memfd_create``). It never has a name, so nothing can be left behind in
-``/dev/shm``, and it is not bounded by the size of ``/dev/shm`` (docker's 64 MB).
-Receivers get it from the janitor, which holds one descriptor per live segment:
-the user's processes hold none, however many arrays are in flight.
-
-``file_system``: a segment is a named file ``nbmp-<pid>-<n>-<token>`` in a tmpfs
-directory (``/dev/shm`` unless told otherwise), opened by name by receivers. Use
-it where memfd is missing (macOS) or to put big segments on another tmpfs.
-
-Settings are per process, like torch's; a receiver always opens a segment the
-way its sender's strategy made it.
+``file_descriptor`` (default on Linux): an anonymous ``memfd_create`` file, handed to receivers
+by the janitor; ``file_system``: a named file ``nbmp-<pid>-<n>-<token>`` in a tmpfs directory
+(docs/sharing.md). Settings are per process, like torch's; a receiver opens a segment the way
+its sender's strategy made it.
 """
 
 from __future__ import annotations

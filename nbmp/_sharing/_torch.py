@@ -1,23 +1,9 @@
 """torch CPU tensors through nbmp's pickler, and sharing a tensor in place.
 
-Installed the first time torch is imported (never imported here to register).
-A tensor whose storage lies in an nbmp segment crosses as a handle (its storage
-offset, size and strides travel along, so views stay views). An unshared CPU
-tensor is first *moved* into a new segment in place, whatever its size, as
-``torch.multiprocessing`` does: its storage's memory is swapped for a mapping of
-the segment made by torch (so ``t.is_shared()`` is True and every view follows),
-which nbmp maps a second time for its registry and its hold. A storage torch will
-not swap is copied instead (a big one into a segment, a small one by torch's own
-pickling). ``nn.Parameter`` comes back as a Parameter with its ``requires_grad``.
-
-"Torch's own pickling" means ``Tensor.__reduce_ex__`` (a copy of the bytes), not
-the reducers ``torch.multiprocessing`` puts in the stdlib's ForkingPickler table,
-which nbmp's pickler would otherwise reach: those share through torch's own
-file descriptors and shm manager, the leaks and limits nbmp is here to avoid.
-The one exception is a tensor the user already shared with torch
-(``share_memory_()``, ``model.share_memory()``): its memory is torch's, so it
-crosses by torch's own handle (torch's sharing strategy) rather than as a copy
-that would silently stop sharing writes.
+Installed the first time torch is imported; the rules are docs/sharing.md's ("torch"). A storage
+torch will not swap is copied (a big one into a segment, a small one by ``Tensor.__reduce_ex__``,
+never by the reducers ``torch.multiprocessing`` puts in the stdlib's table, which share through
+torch's own fds and shm manager); a tensor torch shared itself crosses by torch's handle.
 """
 
 from __future__ import annotations
@@ -56,10 +42,7 @@ def check_cpu(t: "torch.Tensor") -> None:
             f"receiver, or create it on the device inside the worker (start_method='spawn' for CUDA work).")
 
 
-# Storages moved into a segment by share_: torch maps the segment (so ``t.is_shared()`` is
-# True, as after ``share_memory_()``) and nbmp maps it too (its registry, its hold). Keyed
-# by the storage's address; the entry (and with it nbmp's mapping and hold) goes when the
-# storage dies.
+# Storages moved into a segment, by address: the entry (nbmp's second mapping and hold) goes when the storage dies.
 _moved: Dict[int, Tuple[_segments.Mapped, Any]] = {}
 
 
@@ -120,9 +103,7 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
     return t
 
 
-# --------------------------------------------------------------------------
-# The reducer
-# --------------------------------------------------------------------------
+# -- The reducer -----------------------------------------------------------------------------------
 
 
 def _reduce_tensor(t: "torch.Tensor") -> Any:
@@ -223,11 +204,8 @@ def _storage_at(handle: Tuple[Any, ...], offset: int, nbytes: int) -> Any:
 
 
 def _reduce_storage(storage: Any) -> Any:
-    """A CPU storage is moved into an nbmp segment in place and crosses as a handle, as a
-    tensor does (torch.multiprocessing moves it too): in the sending process it comes back
-    as the same storage, and tensors on it sent along share it. A storage torch shared
-    already goes by torch's handle; any other one (not CPU, one torch will not move) as a
-    copy of its bytes."""
+    """A CPU storage is moved into a segment and crosses as a handle, as a tensor does (in the sender it
+    comes back as the same storage); one torch shared goes by torch's handle, any other as a copy."""
     import torch
     untyped = storage if isinstance(storage, torch.UntypedStorage) else storage._untyped_storage
     if untyped.device.type == "cpu" and untyped.nbytes():

@@ -1,18 +1,9 @@
 """``nbmp.spawn`` and ``nbmp.start_processes``: torch.multiprocessing's spawn API on
-nbmp's contexts, returning the workers' values and relaying their output whole-line.
+nbmp's contexts, returning the workers' values and relaying their output whole-line (docs/spawn.md).
 
-What differs from ``torch.multiprocessing.spawn``:
-
-* any start method, nbmp's default (fork) when ``start_method`` is None, and ``fn``
-  may be a lambda, closure or cell-defined function (nbmp's processes pickle with
-  cloudpickle);
-* ``join=True`` returns the list of return values ordered by index;
-* workers' stdout/stderr reach the parent whole-line, prefixed ``[i]``;
-* a failure stops the other workers as torch's ``join`` does (SIGTERM at once, or after
-  the ``grace_period`` a ``join`` gave; SIGKILL ``grace_period`` later), also with
-  ``join=False`` and nobody joining (then one second after the failure);
-* SIGINT is ignored in workers: the parent stops them on KeyboardInterrupt;
-* bad arguments are rejected before any process starts.
+Beyond torch's: any start method (fork by default), cloudpickled ``fn``, ordered return values,
+and a failure stops the other workers also with ``join=False`` and nobody joining (one second
+after the failure); SIGINT is ignored in workers, which the parent stops on KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -185,9 +176,7 @@ def _error_for(worker: Worker) -> ProcessException:
     return error
 
 
-# --------------------------------------------------------------------------
-# Starting a run
-# --------------------------------------------------------------------------
+# -- Starting a run --------------------------------------------------------------------------------
 
 
 @raised_at_caller
@@ -269,12 +258,9 @@ def spawn(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: int = 1, joi
 
 
 class _StopButton:
-    """The dashboard's Stop button: stops the run's workers, also when pressed while they start.
-
-    It holds the run's supervisor weakly: the supervisor holds the run's sinks, the dashboard's
-    among them, which hold this button, and a shown dashboard outlives its run. A strong
-    reference made a cycle that kept every worker's return value alive until the next garbage
-    collection, or for as long as the dashboard was shown."""
+    """The dashboard's Stop button: stops the run's workers, also while they start. It holds the
+    supervisor weakly, since the supervisor's sinks hold the button and a shown dashboard outlives
+    its run (a cycle would keep the workers' return values alive)."""
 
     def __init__(self, grace_period: float) -> None:
         self.grace_period = grace_period
@@ -306,10 +292,8 @@ def _broadcast(output: str, sinks: Sequence[EventSink]) -> Broadcast:
 
 def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
                run_id: int, events: Broadcast, grace_period: float, board: Any, join: bool) -> ProcessContext:
-    """Start the workers and the thread that supervises them; on failure, undo it all.
-
-    Every worker's pipes and process object are made first, then the workers are started
-    in one fork round (nbmp's fork handlers run once for them all)."""
+    """Start the workers (in one fork round: the fork handlers run once) and their supervisor thread;
+    on failure, undo it all."""
     workers: List[Worker] = []
     unstarted: List[_Unstarted] = []
     supervisor: Optional[Supervisor] = None
@@ -324,8 +308,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
             main_objects = MainObjects()
             main_objects.record()
             ends = [tuple(end.fileno() for end in one.ends) for one in unstarted]
-            # The parent's ends of every worker's pipes, and the supervisor's own: open in the
-            # parent across all the forks.
+            # The parent's ends of every worker's pipes stay open across all the forks.
             parents = held + tuple(fd for one in unstarted
                                    for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
             for k, one in enumerate(unstarted):
@@ -356,9 +339,8 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
 
 
 def _start_all_at_once(unstarted: List["_Unstarted"], workers: List[Worker]) -> None:
-    """Start every worker from a thread of its own (``ENV_VAR_PARALLEL_START``); those
-    started move from ``unstarted`` to ``workers`` in index order, as one by one would.
-    The first error is raised once every start has returned, after what started is moved."""
+    """Start every worker from a thread of its own (``ENV_VAR_PARALLEL_START``), moving those started to
+    ``workers`` in index order; the first error is raised once every start has returned."""
     with ThreadPoolExecutor(max_workers=len(unstarted), thread_name_prefix="nbmp-start") as threads:
         starts = [threads.submit(one.worker.process.start) for one in unstarted]
     error: Optional[BaseException] = None
@@ -404,8 +386,7 @@ _prepared = False
 
 
 def _prepare_parent() -> None:
-    # Work that every forked worker would otherwise redo from scratch (and lose at
-    # exit): the first pickling initialises cloudpickle's and nbmp's pickler state.
+    # The first pickling initialises cloudpickle's and nbmp's state, once here, not in every forked worker.
     global _prepared
     if not _prepared:
         _pickling.dumps(("ok", None))

@@ -1,16 +1,10 @@
 """The parent's watcher of one ``spawn`` run: a thread that relays output, collects
 results, reaps workers, and stops the others when one fails.
 
-One thread and one selector per run watch, for every worker, its output pipes, its
-result pipe and its process sentinel. Doing it all in one place keeps the order of
-events per worker fixed (its output lines, then its result, then its exit), lets a
-failure stop the other workers even when nobody is in ``join`` (as torch's ``join``
-would: at once, or after the ``grace_period`` a ``join`` gave; with nobody joining, one
-second later), and leaves the caller's ``join`` a plain wait that an interrupt can break.
-
-The thread never holds a lock across a blocking call; its only lock guards the
-deadlines (SIGTERM's, SIGKILL's), which ``stop`` and ``joining`` (called from the
-caller's thread) move.
+One thread and selector watch every worker's output, result pipe and sentinel, which keeps each
+worker's events in order (lines, result, exit), stops the others on a failure even when nobody
+joins, and leaves ``join`` a plain, interruptible wait. Its only lock guards the SIGTERM/SIGKILL
+deadlines that ``stop`` and ``joining`` move, and is never held across a blocking call.
 """
 
 from __future__ import annotations
@@ -39,9 +33,7 @@ __all__ = ["Worker", "Supervisor"]
 # Held while a supervisor handles what its workers sent: see nbmp._forking.ForkLock.
 _SAFE_POINT = ForkLock("nbmp spawn supervisor")
 
-# Where a failure's stop of the other workers is told: torch's spawn logger, in torch's words, so
-# that a program's logging set-up for torch's spawn (a level, a handler, PyTorch's tests'
-# assertLogs on "torch") applies unchanged. Only the logger is named: torch is not imported.
+# torch's spawn logger, in torch's words, so a logging set-up for torch's spawn applies (torch is not imported).
 log = logging.getLogger("torch.multiprocessing.spawn")
 
 # After a failure in a run nobody joins (join=False, no join call yet): how long a join may
@@ -102,10 +94,8 @@ class Supervisor:
         self._statuses_at = 0.0  # the next status lines may be passed on from then (time.monotonic)
 
     def start(self) -> None:
-        # Run in a copy of the caller's context: ipykernel keeps the current cell in a
-        # context variable, so the relayed lines land in the cell that called spawn.
-        # The target is a function of this module, so the thread counts as nbmp's own (not a
-        # user thread to warn about) when another run forks (see nbmp._forking.threads).
+        # The caller's context: ipykernel keeps the current cell in a context variable. A target in
+        # this module makes the thread nbmp's own to fork safety (nbmp._forking.threads).
         self.thread = threading.Thread(target=_supervise, args=(self, contextvars.copy_context()),
                                        name=f"nbmp-spawn-{self.run_id}", daemon=True)
         self.thread.start()
@@ -143,9 +133,7 @@ class Supervisor:
             self.stopped = True
         self.stop(grace_period)
 
-    # ------------------------------------------------------------------
-    # The loop
-    # ------------------------------------------------------------------
+    # -- The loop ----------------------------------------------------------------------------------
 
     def _main(self) -> None:
         """The run, from its start to its end (every worker reaped)."""
@@ -168,11 +156,8 @@ class Supervisor:
             self.done.set()
 
     def prepare(self) -> Tuple[int, ...]:
-        """Before the workers start: watch the wake-up pipe and every worker's pipes (its exit
-        is watched once it has started, in the thread). Done here, not in the thread, because
-        the thread runs after the forks, when each page the parent writes is copied once per
-        worker still sharing it. Returns the descriptors this supervisor holds, which a worker
-        forked meanwhile closes (its selector's and its wake-up pipe's)."""
+        """Before the forks (after them each page written is copied per worker): watch the wake-up pipe and
+        every worker's pipes; returns the descriptors a worker forked meanwhile must close."""
         self._selector.register(self._wakeup, selectors.EVENT_READ, ("wake", None))
         for worker in self.workers:
             self._selector.register(worker.result_pipe, selectors.EVENT_READ, ("result", worker))

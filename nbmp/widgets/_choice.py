@@ -106,11 +106,8 @@ def _widgets_importable() -> bool:
 
 
 def live_widget_updates() -> bool:
-    """Whether widget updates sent from the dashboard's thread reach the front end while
-    the cell blocks: the kernel sends iopub messages from any thread through its IOPub
-    thread (ipykernel's ``BackgroundSocket``) with the running cell as their parent
-    (``get_parent``). Both hold in ipykernel 6.29 and 7.x; an in-process kernel (Spyder,
-    qtconsole's in-process mode) or another kernel class may lack them."""
+    """Whether widget updates sent from the dashboard's thread reach the front end while the cell blocks:
+    ipykernel's IOPub ``BackgroundSocket`` and ``get_parent`` (6.29, 7.x; not an in-process kernel)."""
     ipython = sys.modules.get("IPython")
     shell = ipython.get_ipython() if ipython is not None else None
     kernel = getattr(shell, "kernel", None)

@@ -1,13 +1,8 @@
 """``nbmp.Dashboard``: the event sink that keeps a ``DashboardState`` and drives a view.
 
-Events (``nbmp._base.events``) are folded into the state as they come, from whatever thread
-delivers them; the view is redrawn at once when a run starts or ends, and otherwise
-by the one background thread (``Ticker``) a few times a second, which also samples
-the workers' CPU and RSS. The thread runs only while a watched run is live and is
-joined when the last one ends, so nothing of the dashboard outlives a run.
-
-Two ways in: ``make_dashboard`` (called by ``spawn`` and the Pool for each run) and
-``Dashboard()`` by hand, which watches every nbmp run of this process from then on.
+Events are folded into the state from whatever thread delivers them; the view is redrawn at a
+run's start and end, and otherwise by the one ``Ticker`` thread, which also samples CPU and RSS
+and runs only while a watched run is live, so nothing of the dashboard outlives a run.
 """
 
 from __future__ import annotations

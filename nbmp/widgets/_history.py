@@ -1,10 +1,8 @@
 """The dashboard's memory of a run over time: sampled series (CPU, RSS, shared memory)
 and a Pool's task spans, with the note on chunk sizes they support.
 
-Plain data and pure functions, like ``_state``: no clock, no I/O, no front end. Both
-kinds are bounded, so a run of hours or of a million tasks keeps a fixed-size record:
-a series thins itself to every other point when full, and a worker's spans merge
-pairwise (same outcome) when too many.
+Plain data and pure functions, bounded so a run of hours or a million tasks keeps a fixed-size
+record (a full series thins itself, a worker's spans merge pairwise).
 """
 
 from __future__ import annotations
@@ -19,11 +17,8 @@ OUTCOMES = ("ok", "raised", "lost")
 
 @dataclass
 class Series:
-    """``(time, value)`` points of one measure over a run, at most ``capacity``.
-
-    When full, every other point is dropped and from then on only every ``stride``-th
-    sample is kept, so the points always span the whole run, evenly thinned.
-    """
+    """``(time, value)`` points of one measure over a run, at most ``capacity``: when full, every other
+    point is dropped and only every ``stride``-th sample kept, so the points span the whole run."""
 
     capacity: int = 120
     stride: int = 1

@@ -1,13 +1,7 @@
 """The ipywidgets view: the only module of nbmp that imports ipywidgets.
 
-Each run's widget tree is built once, when the run first shows up; every later update
-only assigns traits (traitlets sends nothing for a value that did not change). Updates
-come from the dashboard's background thread while the cell is blocked: ipykernel sends
-comm messages from any thread through its IOPub thread, with the running cell as their
-parent. The Stop button's clicks are handled in a kernel subshell while the run goes
-(``_subshell.py``), so they act while the cell is blocked. A failed worker's traceback
-sits in an Accordion whose children are only ever appended, so a section the user
-opened stays open across updates.
+A run's widget tree is built once and then only has traits assigned; a traceback Accordion's
+children are only appended, so a section the user opened stays open (docs/dashboard.md).
 """
 
 from __future__ import annotations
@@ -131,15 +125,9 @@ class _RunWidgets:
 
 
 class WidgetView:
-    """Every run a dashboard watches, one section each, and a shared-memory line.
-
-    While a run is live the cell's output shows the widget tree. When no run is live any
-    more, the output is replaced by a static copy of the same dashboard (``text/html``,
-    plots included, and the summary table as ``text/plain``): that is what a notebook
-    saved without widget state keeps, and what nbconvert, nbviewer and GitHub show. A
-    hand-made dashboard's next run brings the widget back. With ``live=False`` (a kernel
-    that cannot send widget updates from a thread) a notice stands until the snapshot.
-    """
+    """Every run a dashboard watches, one section each, and a shared-memory line; once no run is live the
+    output becomes the static snapshot (what a saved notebook, nbconvert and GitHub show), and a
+    hand-made dashboard's next run brings the widget back. ``live=False``: a notice until the snapshot."""
 
     def __init__(self, stop_for: StopLookup, live: bool = True) -> None:
         self.live = live  # redraws while the run goes (else only at the run's start and end)

@@ -1,11 +1,7 @@
 """The dashboard's one background thread, and the CPU/RSS probe it runs.
 
-Workers report what they do as events; how much CPU and memory they use is measured
-from the parent (psutil) instead, so a busy or stuck worker needs to do nothing to be
-seen. The same thread drives the views' throttled redraws, so a cell blocked in a
-join still shows a live dashboard. It runs only while a watched run is live.
-
-psutil is optional: without it CPU and RSS stay unknown and everything else works.
+CPU and memory are measured from the parent, so a stuck worker is seen too; psutil is optional
+(without it they stay unknown). The thread also drives the throttled redraws, only while a run is live.
 """
 
 from __future__ import annotations
@@ -55,13 +51,8 @@ class ProcessProbe:
 
 
 class Ticker:
-    """Calls ``tick`` every ``interval`` seconds in one daemon thread until ``stop``.
-
-    ``stop`` joins the thread, so once it returns nothing of the dashboard runs. Each
-    tick runs inside the fork-safety module's ``ForkLock`` (where that module is
-    present), which nbmp holds across its forks: a child never inherits the thread's
-    locks mid-tick. Between ticks the thread holds nothing.
-    """
+    """Calls ``tick`` every ``interval`` seconds in one daemon thread until ``stop`` (which joins it), each
+    tick inside a ``ForkLock`` so a child never inherits the thread's locks mid-tick."""
 
     def __init__(self, tick: Callable[[], None], interval: float = 0.25, name: str = "nbmp-dashboard") -> None:
         self._tick = tick

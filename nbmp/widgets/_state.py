@@ -1,9 +1,7 @@
 """The dashboard's data: plain dataclasses that events are folded into.
 
-Nothing here imports ipywidgets, psutil or any front end, and nothing reads the wall
-clock directly: ``DashboardState.clock`` is injectable, so renderers can be tested
-from fixed states without sleeping. Threads are not handled here either; the
-``Dashboard`` sink serialises ``apply`` and the sampler's writes with its own lock.
+No front end, no psutil, no wall clock (``DashboardState.clock`` is injectable, so tests need no
+sleeps), no locks (the ``Dashboard`` serialises ``apply`` and the sampler's writes).
 """
 
 from __future__ import annotations

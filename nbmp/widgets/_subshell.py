@@ -1,17 +1,9 @@
 """Letting the Stop button work while its cell is blocked (ipykernel 7.4+ only).
 
-A widget's click reaches the kernel as a shell message, and the kernel's main thread
-handles shell messages only between cells: while ``spawn`` blocks the cell, a plain
-Stop button would do nothing until the run is over. ipykernel 7 can run *subshells*
-(JEP 91), each a thread with its own shell loop, and from 7.4 it routes a comm's
-incoming messages to the subshell the comm last spoke from. So for the length of a
-run nbmp opens a subshell and points the Stop button's comm at it: the click is then
-handled in that thread at once. The subshell is deleted when the run ends.
-
-This leans on ipykernel internals (the subshell manager and the comm's reply route);
-every one is probed first, and where one is missing the button simply keeps the
-standard behaviour (the click is handled when the cell finishes; the kernel's
-interrupt button stops a blocked run in any case).
+A click is a shell message, which the main thread handles only between cells. For the length of a
+run nbmp opens a kernel subshell (JEP 91) and points the Stop button's comm at it (ipykernel 7.4
+routes a comm's messages to the subshell it last spoke from). These ipykernel internals are probed
+first; where one is missing, the click is handled when the cell finishes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Small inline SVG plots as strings: sparklines of a series and a Pool's task timeline.
 
-Pure functions (no clock, no front end, no JavaScript): the same markup goes into the
-live widget, the static snapshot left in the notebook and a saved HTML file, and
-renders in any browser. Coordinates are rounded to one decimal to keep the markup,
-sent to the front end a few times a second, small.
+Pure functions: the same markup goes into the widget, the snapshot and a saved HTML file.
+Coordinates are rounded to one decimal to keep what is sent a few times a second small.
 """
 
 from __future__ import annotations
@@ -81,11 +79,8 @@ _DATA = re.compile(r"(data-[a-z]+='[^']*')")
 
 
 def as_images(html: str) -> str:
-    """Each inline ``<svg>`` of ``html`` as an ``<img>`` of the same picture (a data URI).
-
-    For the static snapshot: the HTML sanitizer of JupyterLab (a notebook opened
-    untrusted) drops ``<svg>`` but keeps images with ``data:`` sources. The plot's first
-    ``<title>`` becomes the image's tooltip; its class and ``data-*`` attributes stay."""
+    """Each inline ``<svg>`` of ``html`` as an ``<img>`` with a data URI (its first ``<title>`` the tooltip,
+    its class and ``data-*`` kept): JupyterLab's sanitizer drops ``<svg>`` in an untrusted notebook."""
     def image(match: "re.Match[str]") -> str:
         cls, attrs, body = match.groups()
         src = base64.b64encode(match.group(0).encode()).decode()

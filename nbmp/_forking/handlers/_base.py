@@ -1,12 +1,8 @@
 """The shape of a fork handler: a tiny base class, one short subclass per framework.
 
-A handler says what to do at the three points of an nbmp fork -- ``before`` (in
-the parent, just before ``os.fork()``; run in reverse registration order),
-``after_in_parent`` -- and in every nbmp child under every start method
-(``in_child``, with the child's :class:`Worker`). It applies only while its
-framework is already in ``sys.modules``: nbmp never imports a framework to reset it.
-``hazard`` names a danger of forking now (shown once as a ``ForkSafetyWarning``
-before nbmp's fork, and listed by ``nbmp.doctor()``).
+Hooks ``before``, ``after_in_parent`` and ``in_child`` (every start method, given the child's
+:class:`Worker`), applied only while the framework is in ``sys.modules``; ``hazard`` names a danger of
+forking now (warned once, listed by ``nbmp.doctor()``).
 """
 
 from __future__ import annotations

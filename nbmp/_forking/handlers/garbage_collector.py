@@ -3,18 +3,10 @@ collections (``gc.freeze()`` at its start), as CPython's documentation advises f
 So does a worker that a fork server forked: it inherits the server's objects, the modules
 the server preloaded (numpy's, torch's: hundreds of thousands of them).
 
-A collection writes into the header of every object it examines. In a forked child
-those objects lie in pages shared with the parent, so a collection there copies every
-page that holds a container the parent made: in a kernel holding millions of objects,
-one full collection in a worker costs it hundreds of MB and most of its time (see
-docs/fork_safety.md, "Garbage collection"). Frozen, they are never examined; what the
-worker makes itself is collected as usual. Freezing is O(1): the collector's
-generation lists are spliced, no object is visited.
-
-What it changes in the worker: ``gc.get_objects()`` and ``gc.get_referrers()`` see only
-the objects it made, and a cycle of inherited objects that the worker drops is not freed
-there (its pages are the parent's anyway). ``nbmp.register_fork_handler(after_in_child=gc.unfreeze)``
-gives a worker its inherited objects back.
+A collection writes into every object it examines, copying the parent's pages (docs/fork_safety.md,
+"Garbage collection"); freezing is O(1). In the worker ``gc.get_objects()`` sees only its own
+objects, and dropped inherited cycles are not freed; ``register_fork_handler(after_in_child=gc.unfreeze)``
+undoes it.
 """
 
 from __future__ import annotations

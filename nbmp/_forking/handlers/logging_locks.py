@@ -2,10 +2,8 @@
 handler's stream mid-write (the stream's internal buffer lock is not reset after a
 fork), and the child's first log call through that handler blocks forever.
 
-logging re-creates its locks in a child itself (``os.register_at_fork``), but not
-the streams; nbmp holds every handler's lock across its forks, so no thread is
-mid-emit when the child is made (when another thread is alive: alone, the forking
-thread cannot be mid-emit).
+logging resets its locks in a child, not the streams: nbmp holds every handler's lock across its
+forks while another thread is alive.
 """
 
 from __future__ import annotations

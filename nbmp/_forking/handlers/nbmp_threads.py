@@ -1,10 +1,7 @@
 """nbmp's own background threads, and every other live thread.
 
-nbmp's threads (queue-feeder pickling, output relay, dashboard sampler) do their
-work inside a :class:`nbmp._forking.ForkLock`; holding every ForkLock just before
-the fork is their safe point. The parent releases them after the fork; the child
-gets fresh, unheld ones (it has none of those threads; whoever needs one starts
-it again). A live user thread is the hazard worth one warning.
+nbmp's threads work inside :class:`nbmp._forking.ForkLock` s, held across the fork and fresh in the
+child; a live user thread is the hazard worth one warning.
 """
 
 from __future__ import annotations
@@ -43,9 +40,7 @@ class NbmpThreads(ForkHandler):
     held = False  # whether this fork's ForkLocks were held; a forked child inherits it
 
     def before(self) -> None:
-        # Alone, the forking thread is the only one that could hold a ForkLock, and it is
-        # forking: none is held, and the child needs no fresh ones (the parent saves ~20
-        # page faults a round and each child ~20).
+        # Alone, the forking thread holds no ForkLock while it forks: the child needs no fresh ones.
         self.held = not alone()
         if self.held:
             self.locks.hold()

@@ -1,9 +1,7 @@
 """Output the parent had printed but not yet written: a forked child starts without it.
 
-A fork copies ``sys.stdout``'s and ``sys.stderr``'s buffers with everything else, and a
-child that ends the standard way flushes them: a line the parent printed just before the
-fork (from another thread, or from a fork handler, after the flush the start makes) would
-appear twice. The child flushes its copy into ``/dev/null`` instead; the parent writes its own.
+A line the parent printed just before the fork would otherwise appear twice: the child flushes
+its copy of the buffers into ``/dev/null``.
 """
 
 from __future__ import annotations

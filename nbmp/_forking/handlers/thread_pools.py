@@ -1,12 +1,9 @@
 """BLAS/OpenMP thread pools in workers: at most ``worker.threads`` threads each, so
 that workers x threads does not oversubscribe the cores.
 
-The pools are capped in the child, through public interfaces: those already loaded with
-threadpoolctl (the ``nbmp[fork-safety]`` extra; without it only the variables act), those
-the child loads later through the environment variables set here. The parent only looks.
-GNU OpenMP (libgomp, the runtime of torch's Linux wheels) cannot start a new team in a
-forked child once the parent has used one -- its first parallel region hangs forever --
-so children forked from a parent with libgomp loaded get one OpenMP thread whatever the budget.
+Capped in the child: loaded pools with threadpoolctl (the ``nbmp[fork-safety]`` extra), later ones
+by environment variables. A forked child of a parent with libgomp loaded gets one OpenMP thread
+whatever the budget: its first parallel region would hang forever.
 """
 
 from __future__ import annotations
@@ -27,11 +24,8 @@ _scan_key = -1  # len(sys.modules) when it was made: new native libraries come w
 
 
 def gnu_openmp_loaded() -> bool:
-    """Whether libgomp is mapped in this process.
-
-    Libraries are never unloaded: cached once seen. Not seen, /proc/self/maps is read again
-    only once modules have been imported since (~0.5 ms a read): a native library comes
-    with the import of the module that needs it."""
+    """Whether libgomp is mapped in this process: cached once seen (never unloaded), else /proc/self/maps
+    read again only after new imports."""
     global _gomp_seen, _gomp_looked_at
     if not _gomp_seen and _gomp_looked_at != len(sys.modules):
         try:
