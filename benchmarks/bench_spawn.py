@@ -181,7 +181,8 @@ def main() -> None:
     if torch_mp is not None:
         spawn_rows.append(("torch.multiprocessing.spawn", torch_spawn))
     spans = measure(fork_rows, opts.rounds, opts.calls)
-    spans.update(measure(spawn_rows, opts.rounds_spawn, max(1, opts.calls // 5)))
+    if opts.rounds_spawn:  # 0: the fork-based rows only
+        spans.update(measure(spawn_rows, opts.rounds_spawn, max(1, opts.calls // 5)))
     calls = {name: opts.calls for name, _ in fork_rows} | {name: max(1, opts.calls // 5) for name, _ in spawn_rows}
     print(f"4 trivial workers, parent with numpy {numpy.__version__}"
           f"{' and torch ' + torch.__version__ if torch is not None else ''} imported; "
