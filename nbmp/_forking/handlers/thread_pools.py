@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Tuple
 
 from ._base import ForkHandler, Worker
 
@@ -21,6 +21,7 @@ _gomp_looked_at = -1  # len(sys.modules) when /proc/self/maps last said libgomp 
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
 _scan: Any = None  # the parent's threadpoolctl view of its pools (a forked child inherits it), or None
 _scan_key = -1  # len(sys.modules) when it was made: new native libraries come with new modules
+_counts: List[Tuple[str, str, int]] = []  # (user_api, filepath, threads) of each pool at the parent's last fork
 
 
 def gnu_openmp_loaded() -> bool:
@@ -46,8 +47,10 @@ class ThreadEnvironment(ForkHandler):
     """Thread-count variables for the pools a worker loads after it starts."""
 
     def in_child(self, worker: Worker) -> None:
+        value = str(worker.threads)
         for name in _ENV_VARS:
-            os.environ[name] = str(worker.threads)
+            if os.environ.get(name) != value:
+                os.environ[name] = value
 
 
 class NativePools(ForkHandler):
@@ -67,23 +70,29 @@ class NativePools(ForkHandler):
         return None
 
     def before(self) -> None:
-        """Look, changing nothing: the forked children inherit what was seen, and none imports
-        threadpoolctl or reads the loaded libraries again (repeated here only after imports)."""
-        global _gomp_at_fork, _scan, _scan_key
+        """Look, changing nothing: the forked children inherit what was seen (the pools and their
+        thread counts), so none imports threadpoolctl or asks the libraries again."""
+        global _gomp_at_fork, _scan, _scan_key, _counts
         _gomp_at_fork = gnu_openmp_loaded()  # here: a child may load libgomp before it asks
         if _scan_key != len(sys.modules):
             _scan, _scan_key = _controller(), len(sys.modules)
+        _counts = _pool_counts(_scan)
 
     def in_child(self, worker: Worker) -> None:
-        pools = _scan if worker.forked and _scan is not None else _controller()
+        pools, counts = (_scan, _counts) if worker.forked and _scan is not None else (_controller(), None)
         if pools is None:  # the nbmp[fork-safety] extra is not installed: the variables only
             return
+        counts = _pool_counts(pools) if counts is None else counts
         for api, limit in (("blas", worker.threads), ("openmp", openmp_threads(worker))):
             # Only pools not at their limit: setting OpenBLAS's count restarts the pool it stopped
             # at the fork, and each new thread busy-waits for work a while.
-            over = [info["filepath"] for info in pools.select(user_api=api).info() if info["num_threads"] != limit]
+            over = [path for user_api, path, threads in counts if user_api == api and threads != limit]
             if over:
                 pools.select(filepath=over).limit(limits=limit)
+
+
+def _pool_counts(pools: Any) -> List[Tuple[str, str, int]]:
+    return [] if pools is None else [(i["user_api"], i["filepath"], i["num_threads"]) for i in pools.info()]
 
 
 def _controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
