@@ -8,6 +8,7 @@ that nothing the cluster ran is left.
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import signal
@@ -53,7 +54,8 @@ def _dask_threads():
     if any(t.name.startswith("Dask-Offload") for t in threading.enumerate()):
         distributed.utils._offload_executor.shutdown(wait=True)
         distributed.utils._offload_executor = ThreadPoolExecutor(1, thread_name_prefix="Dask-Offload")
-    return [t.name for t in threading.enumerate() if t.name.startswith("Dask") or t.name == "IO loop"]
+    gc.collect()  # the in-process scheduler's profiler thread (3.12+) ends once its event loop is collected
+    return [t.name for t in threading.enumerate() if t.name.startswith("Dask") or t.name in ("IO loop", "Profile")]
 
 
 def _running_cluster(last: bool):
