@@ -30,12 +30,14 @@ class Inbox:
             self._subscribe(self.topic, self._on_rank)
         for address in self.workers:
             self._subscribe(address, functools.partial(self._on_worker, address))
-        if self.workers:  # one removed before we subscribed sends no event: look once, now
-            live = self.client.scheduler_info(n_workers=-1)["workers"]
-            for address in self.workers:
-                if address not in live:
-                    self.queue.put(("lost", address, []))
         return self
+
+    def report_gone(self) -> None:
+        """Report as lost each of the workers already gone: one removed before we subscribed sent no event."""
+        live = self.client.scheduler_info(n_workers=-1)["workers"]
+        for address in self.workers:
+            if address not in live:
+                self.queue.put(("lost", address, []))
 
     def __exit__(self, *exc: Any) -> None:
         for topic in self._subscribed:

@@ -25,6 +25,6 @@ def ranks_to_workers(client: Any, nprocs: int) -> List[Tuple[str, str]]:
 
 
 def ranks_per_host(workers: List[Tuple[str, str]]) -> Dict[str, int]:
-    """``{address: how many of ``workers`` (host, address) share its host}``."""
+    """For each ``(host, address)`` of ``workers``: ``{address: how many of them share its host}``."""
     counts = Counter(host for host, _ in workers)
     return {address: counts[host] for host, address in workers}

@@ -143,6 +143,7 @@ class _Watch:
         inbox = Inbox(self.client, topic_of(self.key), self.addresses)
         try:
             inbox.__enter__()
+            inbox.report_gone()  # a rank pinned to a worker already gone would wait forever
             self._submit(inbox)
         except BaseException:
             inbox.__exit__()
