@@ -236,6 +236,24 @@ def test_without_threadpoolctl_workers_get_the_variables_and_doctor_says_so():
     assert run_main(WITHOUT_THREADPOOLCTL).strip() == "['1', '1'] True"
 
 
+SMALLER_THAN_THE_BUDGET = """
+import os
+os.environ["OPENBLAS_NUM_THREADS"] = os.environ["OMP_NUM_THREADS"] = "1"  # the user's own, before numpy loads
+import numpy, nbmp
+from threadpoolctl import threadpool_info
+nbmp.set_worker_threads(None)
+print(nbmp.spawn(lambda i: ({p["internal_api"]: p["num_threads"] for p in threadpool_info()},
+                            os.environ["OPENBLAS_NUM_THREADS"], os.environ["OMP_NUM_THREADS"]), nprocs=1))
+"""
+
+
+def test_a_smaller_thread_count_the_user_set_is_kept_in_workers():
+    # The budget caps; it does not raise a pool the user kept small (which also restarted
+    # OpenBLAS's threads in every worker for nothing).
+    pytest.importorskip("threadpoolctl")
+    assert run_main(SMALLER_THAN_THE_BUDGET).strip() == "[({'openblas': 1}, '1', '1')]"
+
+
 def _threads_then_nested_run(i):
     """In a worker: its thread variables and BLAS pools before and after a run of its own,
     started while another of its threads is alive."""

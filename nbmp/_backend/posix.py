@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple, cast
+from typing import Any, List, Optional, Tuple, cast
 
 _SIGTERM = int(signal.SIGTERM)
 
@@ -119,23 +119,17 @@ def alive(pid: int) -> bool:
     (dead, waiting to be reaped) nor being reaped (``X``, dead)."""
     if not _exists(pid):
         return False
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
-    except OSError:  # no /proc here, or the process was reaped since _exists
-        return _exists(pid)
-    except IndexError:
-        return True
+    fields = _stat(pid)
+    return fields[0] not in (b"Z", b"X") if fields else _exists(pid)  # no /proc here, or reaped since
 
 
 def signal_descendants(pid: int, signum: int) -> None:
     """Send ``signum`` to the descendants of ``pid`` in its process group (from /proc), before ``pid``
     itself is stopped: once it is gone, its orphans can no longer be told apart."""
-    children, groups = _process_tree(pid)
-    todo = [pid]
+    group, todo = _group(pid), [pid]
     while todo:
-        for child in children.get(todo.pop(), ()):
-            if groups[child] == groups.get(pid):
+        for child in _children(todo.pop()):
+            if group is not None and _group(child) == group:
                 todo.append(child)
                 try:
                     os.kill(child, signum)
@@ -143,25 +137,45 @@ def signal_descendants(pid: int, signum: int) -> None:
                     pass
 
 
-_tree: Tuple[float, Dict[int, List[int]], Dict[int, int]] = (0.0, {}, {})
-
-
-def _process_tree(pid: int) -> Tuple[Dict[int, List[int]], Dict[int, int]]:
-    """Every process's children and process group, read again unless read in the last 0.1 s
-    with ``pid`` in it (a Pool's end stops each of its workers in turn)."""
-    global _tree
-    if time.monotonic() - _tree[0] >= 0.1 or pid not in _tree[2]:
-        children: Dict[int, List[int]] = {}
-        groups: Dict[int, int] = {}
-        for name in os.listdir("/proc") if os.path.isdir("/proc") else ():
-            try:
-                with open(f"/proc/{name}/stat", "rb") as f:
-                    ppid, groups[int(name)] = (int(field) for field in f.read().rsplit(b")", 1)[1].split()[1:3])
-            except (OSError, ValueError):  # not a process, or gone since
+def _children(pid: int) -> List[int]:
+    """``pid``'s children: each of its threads' ``children`` file where the kernel has them, which
+    reads only this subtree; else every process's parent, from a scan of /proc."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:  # gone, or no /proc here
+        return []
+    found: List[int] = []
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found.extend(int(child) for child in f.read().split())
+        except FileNotFoundError:
+            if not os.path.isdir(f"/proc/{pid}/task/{task}"):  # a thread that ended since
                 continue
-            children.setdefault(ppid, []).append(int(name))
-        _tree = (time.monotonic(), children, groups)
-    return _tree[1], _tree[2]
+            return [int(name) for name in os.listdir("/proc") if name.isdigit() and _parent(int(name)) == pid]
+        except OSError:
+            continue
+    return found
+
+
+def _stat(pid: int) -> List[bytes]:
+    """The fields of /proc/``pid``/stat after the command name: state, parent, process group, ...;
+    [] for a process gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _parent(pid: int) -> Optional[int]:
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def _group(pid: int) -> Optional[int]:
+    fields = _stat(pid)
+    return int(fields[2]) if fields else None
 
 
 def _exists(pid: int) -> bool:

@@ -49,8 +49,14 @@ class ThreadEnvironment(ForkHandler):
     def in_child(self, worker: Worker) -> None:
         value = str(worker.threads)
         for name in _ENV_VARS:
-            if os.environ.get(name) != value:
+            setting = os.environ.get(name)
+            if setting != value and (worker.explicit_threads or not _within(setting, worker.threads)):
                 os.environ[name] = value
+
+
+def _within(setting: Optional[str], limit: int) -> bool:
+    """Whether a thread variable already keeps to ``limit``: a smaller count the user set stays."""
+    return setting is not None and setting.strip().isdigit() and 0 < int(setting) <= limit
 
 
 class NativePools(ForkHandler):
@@ -84,9 +90,10 @@ class NativePools(ForkHandler):
             return
         counts = _pool_counts(pools) if counts is None else counts
         for api, limit in (("blas", worker.threads), ("openmp", openmp_threads(worker))):
-            # Only pools not at their limit: setting OpenBLAS's count restarts the pool it stopped
-            # at the fork, and each new thread busy-waits for work a while.
-            over = [path for user_api, path, threads in counts if user_api == api and threads != limit]
+            # Only pools over their limit (or off an explicit one): setting OpenBLAS's count restarts
+            # the pool it stopped at the fork, and each new thread busy-waits for work a while.
+            over = [path for user_api, path, threads in counts if user_api == api
+                    and (threads > limit or worker.explicit_threads and threads != limit)]
             if over:
                 pools.select(filepath=over).limit(limits=limit)
 
