@@ -222,6 +222,7 @@ def test_forked_workers_get_the_thread_variables_and_the_parent_keeps_its_own(mo
     budget = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert seen == [[budget] * 3] * 2
     assert os.environ["OMP_NUM_THREADS"] == "7" and "MKL_NUM_THREADS" not in os.environ
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
 
 
 WITHOUT_THREADPOOLCTL = """

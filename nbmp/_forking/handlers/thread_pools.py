@@ -47,16 +47,17 @@ class ThreadEnvironment(ForkHandler):
     """Thread-count variables for the pools a worker loads after it starts."""
 
     def in_child(self, worker: Worker) -> None:
-        value = str(worker.threads)
         for name in _ENV_VARS:
-            setting = os.environ.get(name)
-            if setting != value and (worker.explicit_threads or not _within(setting, worker.threads)):
-                os.environ[name] = value
+            setting = os.environ.get(name, "").strip()
+            if _to_set(int(setting) if setting.isdigit() else None, worker):
+                os.environ[name] = str(worker.threads)
 
 
-def _within(setting: Optional[str], limit: int) -> bool:
-    """Whether a thread variable already keeps to ``limit``: a smaller count the user set stays."""
-    return setting is not None and setting.strip().isdigit() and 0 < int(setting) <= limit
+def _to_set(count: Optional[int], worker: Worker, limit: Optional[int] = None) -> bool:
+    """Whether a pool's or variable's thread ``count`` must become ``limit`` (the worker's budget):
+    when unset, over it, or off an explicit budget; a smaller count the user chose stays."""
+    limit = worker.threads if limit is None else limit
+    return not count or count > limit or (worker.explicit_threads and count != limit)
 
 
 class NativePools(ForkHandler):
@@ -92,8 +93,7 @@ class NativePools(ForkHandler):
         for api, limit in (("blas", worker.threads), ("openmp", openmp_threads(worker))):
             # Only pools over their limit (or off an explicit one): setting OpenBLAS's count restarts
             # the pool it stopped at the fork, and each new thread busy-waits for work a while.
-            over = [path for user_api, path, threads in counts if user_api == api
-                    and (threads > limit or worker.explicit_threads and threads != limit)]
+            over = [path for user_api, path, threads in counts if user_api == api and _to_set(threads, worker, limit)]
             if over:
                 pools.select(filepath=over).limit(limits=limit)
 
