@@ -284,6 +284,7 @@ def _split() -> Tuple[List[ForkHandler], Hooks]:
 
 
 _plan: List[ForkHandler] = []  # the handlers the last before_fork ran: after_fork_in_parent runs the same
+_hooks: Hooks = {}  # and the others' calls by module: a child nbmp forked takes both over unasked
 _this_worker: Optional[Worker] = None  # in a child, from child_started: its record
 
 
@@ -341,8 +342,8 @@ def _caller_level() -> int:
 def before_fork(launch: Optional[Launch] = None) -> None:
     """In the parent, just before ``os.fork()`` of a child stamped with ``launch``: warn once
     per hazard; run ``before`` handlers."""
-    global _plan
-    _plan = _split()[0]
+    global _plan, _hooks
+    _plan, _hooks = _split()
     new = [] if hazards_known.get() else [message for message in hazards(_plan) if message not in _warned]
     for message in new:
         _warned.add(message)
@@ -380,11 +381,11 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
     forked (``forked``, or :func:`after_fork_in_child` said so), the users' ``after_in_child``.
     ``launch.nprocs=0`` means the run's size is unknown: one thread."""
     global _forked_by_nbmp
+    applying, hooks = (_plan, _hooks) if _forked_by_nbmp else _split()  # the same modules as at the fork
     if _forked_by_nbmp:
         forked, _forked_by_nbmp = True, False
     worker = _worker_of(launch, forked)
     _become(worker, launch)
-    applying, hooks = _split()
     for handler in applying:
         _run(handler, "in_child", worker)
     _on_import.watch(hooks)  # a framework the worker imports later is reset the moment it appears

@@ -21,7 +21,7 @@ _gomp_looked_at = -1  # len(sys.modules) when /proc/self/maps last said libgomp 
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
 _scan: Any = None  # the parent's threadpoolctl view of its pools (a forked child inherits it), or None
 _scan_key = -1  # len(sys.modules) when it was made: new native libraries come with new modules
-_counts: List[Tuple[str, str, int]] = []  # (user_api, filepath, threads) of each pool at the parent's last fork
+_counts: List[Tuple[str, int]] = []  # (user_api, threads) of each pool at the parent's last fork
 
 
 def gnu_openmp_loaded() -> bool:
@@ -89,17 +89,18 @@ class NativePools(ForkHandler):
         pools, counts = (_scan, _counts) if worker.forked and _scan is not None else (_controller(), None)
         if pools is None:  # the nbmp[fork-safety] extra is not installed: the variables only
             return
-        counts = _pool_counts(pools) if counts is None else counts
-        for api, limit in (("blas", worker.threads), ("openmp", openmp_threads(worker))):
-            # Only pools over their limit (or off an explicit one): setting OpenBLAS's count restarts
-            # the pool it stopped at the fork, and each new thread busy-waits for work a while.
-            over = [path for user_api, path, threads in counts if user_api == api and _to_set(threads, worker, limit)]
-            if over:
-                pools.select(filepath=over).limit(limits=limit)
+        limits = {"blas": worker.threads, "openmp": openmp_threads(worker)}
+        # Each library's own setter, not a limiter that reads every library first. Only pools over
+        # their limit (or off an explicit one): setting OpenBLAS's count restarts the pool it stopped
+        # at the fork, and each new thread busy-waits for work a while.
+        for library, (api, threads) in zip(pools.lib_controllers, _pool_counts(pools) if counts is None else counts):
+            if api in limits and _to_set(threads, worker, limits[api]):
+                library.set_num_threads(limits[api])
 
 
-def _pool_counts(pools: Any) -> List[Tuple[str, str, int]]:
-    return [] if pools is None else [(i["user_api"], i["filepath"], i["num_threads"]) for i in pools.info()]
+def _pool_counts(pools: Any) -> List[Tuple[str, int]]:
+    """(user_api, threads) of each of ``pools.lib_controllers``, in their order."""
+    return [] if pools is None else [(i["user_api"], i["num_threads"]) for i in pools.info()]
 
 
 def _controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
