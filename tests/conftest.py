@@ -5,18 +5,29 @@ handlers. What other processes on the machine do meanwhile is never counted."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 import threading
 from typing import Iterator, Set
 
 import multiprocessing
 import pytest
+from multiprocessing import util
 
 import nbmp
 from leaks import PROBES, child_pids, describe, left_behind, name_own_semaphores, snapshot  # noqa: F401
 from nbmp._sharing._ledger import live_segments
 
 name_own_semaphores()  # the suite's semaphores are sem.mp-test<pid>-*: told apart from anyone else's
+
+# The suite's own temporary directory, removed when it ends: what a process a test kills cannot
+# remove (a fork server's, manager's or worker's socket in its pymp-* directory) goes with it.
+TMP = tempfile.mkdtemp(prefix="nbmpt-")
+os.environ["TMPDIR"] = tempfile.tempdir = TMP
+# After the standard module's own clean-up at exit (priority -100), which removes this process's.
+util.Finalize(None, shutil.rmtree, (TMP,), {"ignore_errors": True}, exitpriority=-200)
 
 
 def nbmp_threads() -> Set[str]:

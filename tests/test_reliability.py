@@ -10,6 +10,7 @@ import pickle
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -28,9 +29,14 @@ from conftest import START_METHODS
 
 
 def _start_script(source: str, *args: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONFAULTHANDLER="1")  # SIGABRT prints every thread's stack (diagnostics)
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(source), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    """``source`` run in its own session, with a temporary directory of its own (``.tmp``), in the
+    suite's (a short path: it holds sockets)."""
+    tmp = tempfile.mkdtemp(prefix="script-")
+    env = dict(os.environ, PYTHONFAULTHANDLER="1", TMPDIR=tmp)  # SIGABRT prints every thread's stack
+    script = subprocess.Popen([sys.executable, "-c", textwrap.dedent(source), *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True, env=env)
+    script.tmp = tmp  # type: ignore[attr-defined]
+    return script
 
 
 def _session_members(sid: int) -> List[int]:
@@ -306,6 +312,7 @@ def test_an_interrupt_just_after_a_pool_starts_is_raised_and_leaves_nothing(meth
             assert took < 8, f"{where}: exit {took:.1f} s after the interrupt (the map takes 10 s)"
             assert "Traceback" not in err and "Exception ignored" not in err, f"{where}: {err}"
             assert _wait_gone(script.pid, 10) == [], f"{where}: processes left behind"
+            assert os.listdir(script.tmp) == [], f"{where}: temporary files left behind"
         finally:
             _kill_session(script.pid)
             if script.returncode is None:
