@@ -63,6 +63,14 @@ def no_leaks() -> Iterator[None]:
     assert not handlers_left, f"test left fork handlers registered (call .remove() on the handle): {handlers_left}"
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest's own temporary directories in the suite's too, at a path shorter than pytest's
+    default: tests put sockets in ``tmp_path``, and a socket's path has at most 107 bytes."""
+    if config.option.basetemp is None:
+        config.option.basetemp = os.path.join(TMP, "p")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """The suite runs as from a terminal, whatever it was started with: a shell starts a
     background job (``make test &``, ``nohup``) with SIGINT ignored, Python then installs no
