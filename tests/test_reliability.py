@@ -127,8 +127,9 @@ def test_workers_die_when_their_parent_dies(method, owner, end, starter, tmp_pat
             time.sleep(0.05)
         assert alive == [], f"{owner} workers {alive} outlived their parent ({method}, {end}, started by the {starter})"
         # The rest of the session (the resource tracker, a fork server) ends by itself and
-        # cleans up after the script (its named semaphores): give it the time to.
-        _wait_gone(script.pid, 10)
+        # cleans up after the script (its named semaphores): give it the time to, on a busy
+        # machine too (a tracker killed below would leave them in /dev/shm).
+        _wait_gone(script.pid, 30)
     finally:
         _kill_session(script.pid)
         script.communicate()
@@ -173,7 +174,7 @@ def test_a_managers_server_dies_when_its_parent_is_killed(method, starter):
         while _alive(server) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _alive(server), f"the manager's server outlived its killed parent ({method}, {starter})"
-        _wait_gone(script.pid, 10)
+        _wait_gone(script.pid, 30)  # as above
     finally:
         _kill_session(script.pid)
         script.communicate()
