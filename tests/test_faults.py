@@ -6,6 +6,7 @@ re-run (scripts/fault_campaign.py holds the trials; docs/reliability.md the figu
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import sys
@@ -523,9 +524,15 @@ def test_a_proxy_call_still_blocked_in_the_server_does_not_block_the_next_one(py
         q.put(1)  # taken by the get given up on, when it returns in the server, and dropped (docs/dropin.md)
         q.put(2)
         first = q.get(timeout=TIMEOUT)
-        # [1, 2] when the interrupt came before the get had reached the server (a loaded machine)
-        got = [first] if first == 2 else [first, q.get(timeout=TIMEOUT)]
-        assert got in ([2], [1, 2])
+        # [1, 2] when the interrupt came before the get had reached the server; [1] when the get
+        # given up on reached it only after this one (a loaded machine): it took 2, and drops it
+        got = [first]
+        if first == 1:
+            try:
+                got.append(q.get(timeout=5))
+            except queue.Empty:
+                pass
+        assert got in ([2], [1, 2], [1])
 
 
 @pytest.mark.timeout(120)
