@@ -284,7 +284,7 @@ def _split() -> Tuple[List[ForkHandler], Hooks]:
 
 
 _plan: List[ForkHandler] = []  # the handlers the last before_fork ran: after_fork_in_parent runs the same
-_hooks: Hooks = {}  # and the others' calls by module: a child nbmp forked takes both over unasked
+_hooks: Hooks = {}  # and the other handlers' in_child calls by module; a child nbmp forked takes over both
 _this_worker: Optional[Worker] = None  # in a child, from child_started: its record
 
 
@@ -381,9 +381,11 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
     forked (``forked``, or :func:`after_fork_in_child` said so), the users' ``after_in_child``.
     ``launch.nprocs=0`` means the run's size is unknown: one thread."""
     global _forked_by_nbmp
-    applying, hooks = (_plan, _hooks) if _forked_by_nbmp else _split()  # the same modules as at the fork
-    if _forked_by_nbmp:
+    if _forked_by_nbmp:  # what the parent worked out at the fork holds: the same modules
         forked, _forked_by_nbmp = True, False
+        applying, hooks = _plan, _hooks
+    else:
+        applying, hooks = _split()
     worker = _worker_of(launch, forked)
     _become(worker, launch)
     for handler in applying:
