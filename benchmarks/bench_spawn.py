@@ -1,7 +1,7 @@
 """What a user waits for, end to end: a loop of calls of 4 trivial workers, in a parent that has
 imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers, and of a Pool's
 start + first map + end (4 workers), nbmp's against the standard library's: with trivial tasks,
-and with a matrix product per task (BLAS threads started in every worker, capped in nbmp's).
+and with a matrix product per task (BLAS threads started in every worker).
 
 Each row is ``--calls`` calls in a row, timed from the first call until every child process
 is reaped, with the CPU seconds of the parent and its reaped children beside the wall time;
@@ -67,6 +67,15 @@ def raw_fork_floor(n: int = NPROCS) -> None:
 
 def nbmp_default() -> None:
     assert nbmp.spawn(trivial, nprocs=NPROCS) == [0, 1, 2, 3]
+
+
+def nbmp_capped() -> None:
+    """With an explicit thread budget: each worker caps (and so restarts) the OpenBLAS pool it inherited."""
+    nbmp.set_worker_threads(1)
+    try:
+        assert nbmp.spawn(trivial, nprocs=NPROCS) == [0, 1, 2, 3]
+    finally:
+        nbmp.set_worker_threads(None)
 
 
 def nbmp_default_inherit() -> None:
@@ -170,6 +179,7 @@ def main() -> None:
         ("raw floor: 4 x os.fork + waitpid", raw_fork_floor),
         (NBMP_SPAWN, nbmp_default),
         ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
+        ("nbmp.spawn, default (fork), nbmp.set_worker_threads(1)", nbmp_capped),
         (STD_POOL, pool("fork")),
         (NBMP_POOL, nbmp_pool),
         (STD_POOL_BLAS, pool("fork", product)),

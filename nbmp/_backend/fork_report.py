@@ -17,6 +17,7 @@ from .._base.util import format_bytes as _size, space
 from .._forking import registry as _forking, threads as _fork_threads
 from .._forking.handlers.cuda import cuda_initialized
 from .._forking.handlers.jax import jax_initialized
+from .._forking.handlers.thread_pools import stopped_at_fork
 from .context import default_context
 
 __all__ = ["ForkReport", "doctor"]
@@ -75,7 +76,9 @@ class ForkReport:
                          "through OMP_NUM_THREADS and the like); pip install 'nbmp[fork-safety]' to cap them")
         else:
             lines.append("thread pools:" if self.threadpools else "thread pools: none loaded")
+        kept = "; forked workers keep it unless nbmp.set_worker_threads(n) caps it (docs/fork_safety.md)"
         lines += [f"  {p.get('internal_api')} ({p.get('prefix')}): {p.get('num_threads')} threads"
+                  + (kept if stopped_at_fork(p) and p.get("num_threads", 1) > 1 and not self.worker_threads else "")
                   for p in self.threadpools]
         return "\n".join(lines)
 

@@ -3,14 +3,16 @@ that workers x threads does not oversubscribe the cores.
 
 Capped in the child: loaded pools with threadpoolctl (the ``nbmp[fork-safety]`` extra), later ones
 by environment variables. A forked child of a parent with libgomp loaded gets one OpenMP thread
-whatever the budget: its first parallel region would hang forever.
+whatever the budget: its first parallel region would hang forever. A forked child leaves OpenBLAS's
+own (pthreads) pool as it inherited it unless the budget is explicit: OpenBLAS stops that pool at
+every fork, and setting its count starts the pool again, each thread busy-waiting for work.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._base import ForkHandler, Worker
 
@@ -21,7 +23,7 @@ _gomp_looked_at = -1  # len(sys.modules) when /proc/self/maps last said libgomp 
 _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the child inherits this)
 _scan: Any = None  # the parent's threadpoolctl view of its pools (a forked child inherits it), or None
 _scan_key = -1  # len(sys.modules) when it was made: new native libraries come with new modules
-_counts: List[Tuple[str, int]] = []  # (user_api, threads) of each pool at the parent's last fork
+_counts: List[Tuple[str, int, str]] = []  # _pool_counts at the parent's last fork
 
 
 def gnu_openmp_loaded() -> bool:
@@ -90,17 +92,33 @@ class NativePools(ForkHandler):
         if pools is None:  # the nbmp[fork-safety] extra is not installed: the variables only
             return
         limits = {"blas": worker.threads, "openmp": openmp_threads(worker)}
+        # A pool a fork stopped (here or in the fork server) is started to be capped only if asked.
+        restart = not (worker.forked or worker.from_fork_server) or worker.explicit_threads
         # Each library's own setter, not a limiter that reads every library first. Only pools over
-        # their limit (or off an explicit one): setting OpenBLAS's count restarts the pool it stopped
-        # at the fork, and each new thread busy-waits for work a while.
-        for library, (api, threads) in zip(pools.lib_controllers, _pool_counts(pools) if counts is None else counts):
-            if api in limits and _to_set(threads, worker, limits[api]):
+        # their limit (or off an explicit one).
+        for library, (api, threads, kind) in zip(pools.lib_controllers,
+                                                 _pool_counts(pools) if counts is None else counts):
+            if api in limits and _to_set(threads, worker, limits[api]) and kind != "torch" \
+                    and (restart or kind != "stopped"):
                 library.set_num_threads(limits[api])
 
 
-def _pool_counts(pools: Any) -> List[Tuple[str, int]]:
-    """(user_api, threads) of each of ``pools.lib_controllers``, in their order."""
-    return [] if pools is None else [(i["user_api"], i["num_threads"]) for i in pools.info()]
+def _pool_counts(pools: Any) -> List[Tuple[str, int, str]]:
+    """(user_api, threads, kind) of each of ``pools.lib_controllers``, in their order. kind "stopped":
+    OpenBLAS's own thread pool, which stops in the parent before every fork and restarts when set;
+    "torch": the OpenMP runtime torch ships, which the Torch handler sets through torch.set_num_threads."""
+    torch = sys.modules.get("torch")
+    torch_file = torch.__file__ if torch is not None and torch.backends.openmp.is_available() else None
+    torch_dir = os.path.dirname(torch_file) + os.sep if torch_file else None
+    return [] if pools is None else [
+        (i["user_api"], i["num_threads"], "stopped" if stopped_at_fork(i) else
+         "torch" if i["user_api"] == "openmp" and torch_dir and i["filepath"].startswith(torch_dir) else "")
+        for i in pools.info()]
+
+
+def stopped_at_fork(info: Dict[str, Any]) -> bool:
+    """Whether a pool (threadpoolctl's info dict) is OpenBLAS's own, stopped at every fork."""
+    return info.get("internal_api") == "openblas" and info.get("threading_layer") == "pthreads"
 
 
 def _controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
