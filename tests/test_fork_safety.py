@@ -213,6 +213,32 @@ def test_a_forked_worker_starts_no_blas_thread_unless_the_budget_is_explicit():
     assert nbmp.spawn(openblas, nprocs=1, start_method="fork") == [[1]]
 
 
+def _product_then_openblas(i):
+    """In a worker: a matrix product (which starts OpenBLAS's pool), then the pool's count."""
+    from threadpoolctl import threadpool_info
+    a = np.ones((400, 400))
+    a @ a
+    return os.getpid(), [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]
+
+
+def test_a_pool_worker_caps_openblas_once_a_task_has_started_it():
+    # Capping a running pool starts nothing: from its next task on, a worker that multiplies
+    # matrices stays within the budget, and one that never does keeps a single thread.
+    pytest.importorskip("threadpoolctl")
+    from threadpoolctl import threadpool_info
+    inherited = [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]
+    if max(inherited, default=1) < 2:
+        pytest.skip("needs an OpenBLAS pool of 2 or more threads")
+    budget = max(1, len(os.sched_getaffinity(0)) // 2)
+    with nbmp.get_context("fork").Pool(2) as pool:
+        assert pool.map(lambda i: len(os.listdir("/proc/self/task")), range(8), chunksize=1) == [1] * 8
+    with nbmp.get_context("fork").Pool(2) as pool:
+        seen = pool.map(_product_then_openblas, range(8), chunksize=1)
+    first = {}
+    for pid, counts in seen:  # a worker takes its tasks in order: its first result comes first
+        assert counts == (inherited if first.setdefault(pid, counts) is counts else [min(budget, inherited[0])]), seen
+
+
 # With GNU OpenMP loaded (torch is), forked workers get 1 OpenMP thread whatever the setting, and say so.
 @pytest.mark.filterwarnings("ignore:worker threads are set to:nbmp.ForkSafetyWarning")
 def test_worker_threads_setting_is_seen_inside_workers(ctx):

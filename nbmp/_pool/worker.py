@@ -20,6 +20,7 @@ from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception 
 from typing import Any, Callable, Optional, Sequence
 
 from .._backend import finalizers as _finalizers, interrupts as _interrupts, pickling as _pickling, posix as _posix
+from .._forking.handlers.thread_pools import cap_started_pools
 from .errors import wrap_task_exception
 
 __all__ = ["worker", "load_function", "Slot", "Notice", "Timed", "IDLE", "INIT", "WAITING", "RECEIVING", "DECODING", "RUNNING", "SENDING",
@@ -157,6 +158,7 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     slot[PHASE] = IDLE
     receive = _receiver(inqueue, slot)
     completed = 0
+    look = 1  # for pools a task started, after tasks 1, 2, 4, 8...: a few looks, however many tasks
     while maxtasks is None or completed < maxtasks:
         task = receive(send, index, pid)
         if task is None:
@@ -174,6 +176,8 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
         send((job, i, result), result)
         task = func = args = kwds = result = None  # type: ignore[assignment]  # drop the task's objects while waiting for the next
         completed += 1
+        if completed == look:
+            look = 0 if cap_started_pools() else 2 * look
     slot[PHASE] = IDLE
 
 

@@ -5,13 +5,15 @@ Capped in the child: loaded pools with threadpoolctl (the ``nbmp[fork-safety]`` 
 by environment variables. A forked child of a parent with libgomp loaded gets one OpenMP thread
 whatever the budget: its first parallel region would hang forever. A forked child leaves OpenBLAS's
 own (pthreads) pool as it inherited it unless the budget is explicit: OpenBLAS stops that pool at
-every fork, and setting its count starts the pool again, each thread busy-waiting for work.
+every fork, and setting its count starts the pool again, each thread busy-waiting for work. A Pool
+worker caps it once a task has started it (:func:`cap_started_pools`), which starts nothing.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ._base import ForkHandler, Worker
@@ -24,6 +26,7 @@ _gomp_at_fork = False  # libgomp was loaded in the parent when it forked (the ch
 _scan: Any = None  # the parent's threadpoolctl view of its pools (a forked child inherits it), or None
 _scan_key = -1  # len(sys.modules) when it was made: new native libraries come with new modules
 _counts: List[Tuple[str, int, str]] = []  # _pool_counts at the parent's last fork
+_kept: List[Tuple[Any, int]] = []  # in a forked worker: (stopped OpenBLAS pool left uncapped, its limit)
 
 
 def gnu_openmp_loaded() -> bool:
@@ -88,7 +91,9 @@ class NativePools(ForkHandler):
         _counts = _pool_counts(_scan)
 
     def in_child(self, worker: Worker) -> None:
+        global _kept
         pools, counts = (_scan, _counts) if worker.forked and _scan is not None else (_controller(), None)
+        _kept = []
         if pools is None:  # the nbmp[fork-safety] extra is not installed: the variables only
             return
         limits = {"blas": worker.threads, "openmp": openmp_threads(worker)}
@@ -98,9 +103,22 @@ class NativePools(ForkHandler):
         # their limit (or off an explicit one).
         for library, (api, threads, kind) in zip(pools.lib_controllers,
                                                  _pool_counts(pools) if counts is None else counts):
-            if api in limits and _to_set(threads, worker, limits[api]) and kind != "torch" \
-                    and (restart or kind != "stopped"):
-                library.set_num_threads(limits[api])
+            if api in limits and _to_set(threads, worker, limits[api]) and kind != "torch":
+                if restart or kind != "stopped":
+                    library.set_num_threads(limits[api])
+                else:
+                    _kept.append((library, limits[api]))
+
+
+def cap_started_pools() -> bool:
+    """In a forked worker: cap the OpenBLAS pools ``in_child`` left stopped once something has started
+    them (the process runs more threads than Python's), which then starts nothing. True when none is left."""
+    global _kept
+    if _kept and len(os.listdir("/proc/self/task")) > threading.active_count():
+        for library, limit in _kept:
+            library.set_num_threads(limit)
+        _kept = []
+    return not _kept
 
 
 def _pool_counts(pools: Any) -> List[Tuple[str, int, str]]:
