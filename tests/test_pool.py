@@ -1071,7 +1071,7 @@ class _FreedMeanwhile:
 
 class _DeadWorker:
     def __init__(self, sentinel: int) -> None:
-        self._popen, self.sentinel = object(), sentinel
+        self.pid, self.sentinel = 1, sentinel  # started (a pid), exited (a sentinel)
 
 
 class _Queue:  # a stand-in of the Pool's queues: only the parts the terminate's end looks at

@@ -24,11 +24,8 @@ __all__ = ["Connection", "Pipe", "Listener", "Client", "send_whole"]
 class Connection(connection.Connection):
     """A :class:`multiprocessing.connection.Connection` whose ``send`` uses cloudpickle."""
 
-    if TYPE_CHECKING:  # the stdlib's private methods that send() uses (typeshed omits them)
-        def _check_closed(self) -> None: ...
-        def _check_writable(self) -> None: ...
+    if TYPE_CHECKING:  # the stdlib's private methods that send_whole, recv and managing use (typeshed omits them)
         def _send_bytes(self, buf: bytes) -> None: ...
-        def _check_readable(self) -> None: ...
         def _recv_bytes(self, maxsize: Any = None) -> Any: ...
         def _send(self, buf: bytes) -> None: ...
 
@@ -38,14 +35,13 @@ class Connection(connection.Connection):
         An object that carries shared-memory tickets (a shared array) goes out whole (see
         :func:`send_whole`), or, interrupted before, gives its tickets back: nobody will load
         a message never sent."""
-        self._check_closed()
-        self._check_writable()
+        _check(self, self.writable, "read-only")
         sent: List[bool] = []
         with _pickling.collecting_single_use() as handed_out:
             try:
                 data = _pickling.dumps_explained(obj, {"the object sent": obj}, "send it to another process")
                 if not handed_out:
-                    self._send_bytes(data)
+                    self.send_bytes(data)
                     return
                 send_whole(self, data, sent)
             except BaseException:
@@ -63,10 +59,17 @@ class Connection(connection.Connection):
         raised after: a message half read would leave the rest to be read as the next one,
         and one read but not loaded would keep the shared arrays it carries until the
         program ends. A second interrupt while the message is read closes the connection."""
-        self._check_closed()
-        self._check_readable()
+        _check(self, self.readable, "write-only")
         _posix.ready(self.fileno(), None)
         return _receive(self)
+
+
+def _check(conn: Connection, able: bool, otherwise: str) -> None:
+    """The standard connection's checks before a send or a receive, with its errors."""
+    if conn.closed:
+        raise OSError("handle is closed")
+    if not able:
+        raise OSError(f"connection is {otherwise}")
 
 
 def send_whole(conn: Connection, data: bytes, sent: List[bool]) -> None:

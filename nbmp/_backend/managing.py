@@ -12,7 +12,7 @@ import os
 import select
 import threading
 from multiprocessing import connection as _stdconnection, managers, process
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from .._base import checks as _checks
 from . import connection, context, interrupts, posix
@@ -37,8 +37,7 @@ class _ProxyConnection(connection.Connection):
     come (a blocked ``Queue.get``), the connection is replaced and whatever that call returns is dropped.
     """
 
-    _address: Any
-    _authkey: Optional[bytes]
+    _reconnect_to: Tuple[Any, Optional[bytes]]  # the manager's address and authkey (set by _proxy_client)
     _owed = False  # a request was sent whose reply is not read yet
 
     def send(self, obj: Any) -> None:
@@ -92,7 +91,8 @@ class _ProxyConnection(connection.Connection):
             return
         if not reconnect:
             return
-        fresh = _stdconnection.Client(self._address, authkey=self._authkey)
+        address, authkey = self._reconnect_to
+        fresh = _stdconnection.Client(address, authkey=authkey)
         try:
             name = process.current_process().name
             if threading.current_thread() is not threading.main_thread():
@@ -114,7 +114,7 @@ _SETTLE_WAIT = 0.5
 def _proxy_client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> _ProxyConnection:
     conn = connection.Client(address, family, authkey)
     conn.__class__ = _ProxyConnection  # adds no state of its own beyond the two below: the same object
-    conn._address, conn._authkey = address, authkey  # type: ignore[attr-defined]  # set just above
+    conn._reconnect_to = (address, authkey)  # type: ignore[attr-defined]  # set just above
     return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
 
 

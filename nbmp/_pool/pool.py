@@ -337,7 +337,7 @@ def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader],
     ends the reads, the result lock a killed writer held is freed, and the task pipe is drained."""
     worker_handler.join(timeout=30)  # no worker is started any more
     reading = None if reader is None else _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
-    _wait_for_all([w.sentinel for w in list(pool) if w._popen is not None], timeout=30)
+    _wait_for_all([w.sentinel for w in list(pool) if w.pid is not None], timeout=30)  # started ones
     if reader is not None:
         deadline = time.monotonic() + 30
         while result_handler._state != _stdpool.TERMINATE and time.monotonic() < deadline:

@@ -411,7 +411,7 @@ class Watch:
             pool = self._live_pool()
             if pool is None or self.stream_cut:  # terminated, or a cut stream: _drain_cut_stream reads it
                 return False
-            sentinels = [p.sentinel for p in list(pool._pool) if p._popen is not None]
+            sentinels = [p.sentinel for p in list(pool._pool) if p.pid is not None]  # started ones
             return len(wait(sentinels, timeout=0)) < len(sentinels)  # sentinels: reaping is the Pool's
         try:
             while workers_may_write():
