@@ -1,7 +1,7 @@
 """``multiprocessing.queues``, mirrored: the queues pickle with nbmp's pickler.
 
 What differs from the standard module: ``Queue``, ``JoinableQueue`` and ``SimpleQueue``
-are nbmp's (see :mod:`nbmp._queues`): cloudpickle on ``put``, and ``Queue.put`` raises in
+are nbmp's own classes (see ``nbmp/_backend/queues.py``): cloudpickle on ``put``, and ``Queue.put`` raises in
 the caller for an object that cannot be sent. They take ``ctx=`` as the standard ones
 do; ``nbmp.Queue()`` passes nbmp's default context.
 

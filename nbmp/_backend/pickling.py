@@ -43,9 +43,8 @@ loads = pickle.loads
 
 
 class Pickled:
-    """An object nbmp pickled already, handed to a channel that pickles with the standard
-    pickler (a Queue's feeder thread, the executor's call queue): it travels as its bytes,
-    and loading it loads the object, where the channel loads its items."""
+    """An object nbmp pickled already, handed to a channel that pickles with the standard pickler
+    (the executor's call queue): it travels as its bytes, and loading it loads the object."""
 
     __slots__ = ("data",)
 

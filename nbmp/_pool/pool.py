@@ -18,7 +18,7 @@ import weakref
 from collections import deque
 from multiprocessing.connection import Connection, wait
 from multiprocessing import pool as _stdpool
-from typing import TYPE_CHECKING, Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
+from typing import Any, Callable, Deque, Iterable, List, Optional, Tuple, TypeVar
 
 from . import progress as _progress
 from .._backend import daemons as _daemons, default_context, interrupts as _interrupts, plugin as _plugin, posix as _posix, register_factory
@@ -35,14 +35,9 @@ from .sending import Prepickled
 from .watch import WATCHES, Watch, drain, release_lock, watch_of
 from .worker import Timed
 
-if TYPE_CHECKING:
-    from multiprocessing.context import BaseContext
-
 __all__ = ["Pool", "parallel_map"]
 
 _T = TypeVar("_T")
-
-_mapstar, _starmapstar = _stdpool.mapstar, _stdpool.starmapstar  # type: ignore[attr-defined]  # typeshed omits these runtime names
 
 
 class Pool(_stdpool.Pool):
@@ -60,12 +55,12 @@ class Pool(_stdpool.Pool):
     """
 
     # Attributes the stdlib's Pool sets and this class uses; typeshed declares none of them.
-    _ctx: BaseContext
+    _ctx: Any  # the context the Pool was given
     _processes: int
     _cache: Any  # the stdlib's private _PoolCache (a dict of results with a notifier)
-    _inqueue: Any  # the stdlib's SimpleQueues, whose private _reader this class reads
+    _inqueue: Any  # nbmp SimpleQueues (the context's), made by the stdlib's __init__
     _outqueue: Any
-    _change_notifier: Any  # the stdlib's SimpleQueue that wakes its worker thread
+    _change_notifier: Any  # a SimpleQueue that wakes the stdlib's worker thread
     _quick_put: Optional[Callable[[Any], None]]
     _quick_get: Optional[Callable[[], Any]]
     # What the stdlib's __del__ reads: right even for a Pool whose __init__ was interrupted
@@ -99,7 +94,8 @@ class Pool(_stdpool.Pool):
                             f"{context!r}; e.g. nbmp.Pool(4, context=nbmp.get_context('spawn'))")
         if context is None:
             context = default_context.get_context()
-        self._watch = Watch(processes or os.cpu_count() or 1)
+        # The stdlib's default: the CPUs this process may use where Python can tell (3.13+).
+        self._watch = Watch(processes or getattr(os, "process_cpu_count", os.cpu_count)() or 1, context.get_start_method())
         try:
             self._start(processes, initializer, initargs, maxtasksperchild, context)
         except KeyboardInterrupt:
@@ -147,14 +143,15 @@ class Pool(_stdpool.Pool):
 
     def _setup_queues(self) -> None:
         super()._setup_queues()  # type: ignore[misc]  # stdlib private: typeshed omits it
-        if not all(isinstance(end, Connection) for end in (self._outqueue._reader, self._inqueue._writer)):
+        inqueue, outqueue = self._inqueue, self._outqueue
+        self._watch.inqueue, self._watch.outqueue = inqueue, outqueue  # the reader gives back its lock (see frames)
+        if not all(isinstance(end, Connection) for end in (outqueue._reader, inqueue._writer)):
             return  # a stand-in context's queues (a test's mock): the stdlib's plumbing, as is
-        for queue_ in (self._inqueue, self._outqueue):  # a map's chunks and results in flight at once
+        for queue_ in (inqueue, outqueue):  # a map's chunks and results in flight at once
             _posix.widen_pipe(queue_._writer.fileno())
-        self._watch.outqueue = self._outqueue  # the reader gives back its lock (see frames)
-        WATCHES[self._inqueue] = weakref.ref(self._watch)
-        self._quick_get = self._watch.reader(self._outqueue._reader)
-        self._quick_put = self._watch.sender(self._inqueue._writer)
+        WATCHES[inqueue] = weakref.ref(self._watch)
+        self._quick_get = self._watch.reader(outqueue._reader)
+        self._quick_put = self._watch.sender(inqueue._writer)
 
     @classmethod
     def _help_stuff_finish(cls, inqueue: Any, task_handler: Any, size: int) -> None:
@@ -242,11 +239,11 @@ class Pool(_stdpool.Pool):
         if chunksize is None:
             # The stdlib divides by len(self._pool), which is 0 for a moment while the worker
             # handler replaces dead workers (a failing initializer): use the Pool's size.
-            chunksize, extra = divmod(len(iterable), self._processes * 4)  # type: ignore[arg-type]  # Sized
+            chunksize, extra = divmod(len(iterable), self._watch.nprocs * 4)  # type: ignore[arg-type]  # Sized
             chunksize += bool(extra)
         result: _stdpool.MapResult[Any] = super()._map_async(  # type: ignore[misc]  # stdlib private
             Prepickled(func), iterable, mapper, chunksize, callback, error_callback)
-        self._watch.name(result._job, "starmap" if mapper is _starmapstar else "map", func,  # type: ignore[attr-defined]  # stdlib private
+        self._watch.name(result._job, "starmap" if mapper is _stdpool.starmapstar else "map", func,  # type: ignore[attr-defined]  # stdlib private
                          len(iterable))  # type: ignore[arg-type]  # Sized: has __len__, or made a list above
         return sliced(result)
 
@@ -282,14 +279,14 @@ class Pool(_stdpool.Pool):
             progress: Any = None) -> List[Any]:
         """Apply ``func`` to each item; ``progress``: True, False, None (auto) or a sink."""
         sink = _progress.resolve(progress)
-        return self._wait(lambda: self._map_async(func, iterable, _mapstar, chunksize), sink, "map", func)
+        return self._wait(lambda: self.map_async(func, iterable, chunksize), sink, "map", func)
 
     @raised_at_caller
     def starmap(self, func: Callable[..., Any], iterable: Iterable[Iterable[Any]],
                 chunksize: Optional[int] = None, progress: Any = None) -> List[Any]:
         """``func(*args)`` for each ``args`` in ``iterable``; ``progress`` as in :meth:`map`."""
         sink = _progress.resolve(progress)
-        return self._wait(lambda: self._map_async(func, iterable, _starmapstar, chunksize), sink, "starmap", func)
+        return self._wait(lambda: self.starmap_async(func, iterable, chunksize), sink, "starmap", func)
 
     @raised_at_caller
     def apply(self, func: Callable[..., Any], args: Iterable[Any] = (), kwds: Any = {}) -> Any:
@@ -308,8 +305,7 @@ class Pool(_stdpool.Pool):
                 if result.ready():
                     sink = None
             if sink is not None:
-                _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})",
-                                 self._ctx.get_start_method(), self._processes, self._watch, list(self._pool))
+                _report_progress(result, sink, f"{what}({getattr(func, '__name__', 'task')})", self._watch, list(self._pool))
             return _outcome(result)
         except KeyboardInterrupt:
             self.terminate()  # stops the running tasks; workers ignore SIGINT themselves
@@ -344,10 +340,10 @@ def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader],
             time.sleep(0.01)  # the terminate first checks that the result thread is alive
         reader.writers_gone()
     lock = outqueue._wlock
-    if lock is not None and not lock.acquire(timeout=1.0):
-        release_lock(lock)  # a Lock has no owner; its holder is dead (or the reader freed it meanwhile)
-    elif lock is not None:
+    if lock.acquire(timeout=1.0):
         lock.release()
+    else:
+        release_lock(lock)  # a Lock has no owner; its holder is dead (or the reader freed it meanwhile)
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
     if reading is not None:
@@ -397,26 +393,25 @@ def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:
     raise error
 
 
-def _report_progress(result: Any, sink: Any, target: str, start_method: str, nprocs: int, watch: Watch,
-                     workers: List[Any]) -> None:
+def _report_progress(result: Any, sink: Any, target: str, watch: Watch, workers: List[Any]) -> None:
     """Emit the map's events (deaths of workers holding its tasks included) to ``sink`` from the caller's
     thread until it is done; a sink with ``timeline = False`` gets no per-chunk ``TaskRan``."""
-    run_id, total = new_run_id(), watch.lengths.get(result._job, 0)
-    chunks = result._number_left
+    job, chunks, chunksize = result._job, result._number_left, max(result._chunksize, 1)
+    run_id, total = new_run_id(), watch.lengths.get(job, 0)
     ran = _chunks_ran(result) if getattr(sink, "timeline", True) else deque()
-    sink.handle(RunStarted(run_id, target, start_method, nprocs))
+    sink.handle(RunStarted(run_id, target, watch.start_method, watch.nprocs))
     for proc in workers:  # the dashboard samples the workers' CPU and memory by pid
         index = getattr(getattr(proc, "launch", None), "index", None)
         if proc.pid is not None and index is not None:
             sink.handle(WorkerStarted(run_id, index, proc.pid))
     deaths: "queue.SimpleQueue[WorkerExited]" = queue.SimpleQueue()  # filled by the Pool's result thread
-    with watch.listening(result._job, deaths.put):
-        _follow(result, sink, run_id, total, chunks, ran, deaths)
+    with watch.listening(job, deaths.put):
+        _follow(result, sink, run_id, total, chunks, chunksize, ran, deaths)
     sink.handle(RunFinished(run_id, result.successful()))
 
 
-def _follow(result: Any, sink: Any, run_id: int, total: int, chunks: int, ran: "Deque[Tuple[int, Any, float]]",
-            deaths: "queue.SimpleQueue[WorkerExited]") -> None:
+def _follow(result: Any, sink: Any, run_id: int, total: int, chunks: int, chunksize: int,
+            ran: "Deque[Tuple[int, Any, float]]", deaths: "queue.SimpleQueue[WorkerExited]") -> None:
     def tell_deaths() -> None:
         while not deaths.empty():
             sink.handle(dataclasses.replace(deaths.get(), run_id=run_id))
@@ -426,11 +421,10 @@ def _follow(result: Any, sink: Any, run_id: int, total: int, chunks: int, ran: "
         tell_deaths()
         ready = result.ready()
         while ran:
-            event = _task_ran(run_id, *ran.popleft(), result._chunksize, total)
+            event = _task_ran(run_id, *ran.popleft(), chunksize, total)
             if event is not None:
                 sink.handle(event)
-        done = total if ready and result.successful() else min(
-            (chunks - result._number_left) * max(result._chunksize, 1), total)
+        done = total if ready and result.successful() else min((chunks - result._number_left) * chunksize, total)
         if done != shown:
             sink.handle(TaskProgress(run_id, None, done, total))
             shown = done

@@ -70,8 +70,8 @@ class _Worker:
 class Watch:
     """Per-Pool state shared by its worker factory, its watcher thread and its result reader."""
 
-    def __init__(self, nprocs: int) -> None:
-        self.nprocs = nprocs
+    def __init__(self, nprocs: int, start_method: str) -> None:
+        self.nprocs, self.start_method = nprocs, start_method
         self.lock = threading.Lock()
         self.workers: List[_Worker] = []
         self.names: Dict[int, str] = {}  # job id -> "map(square)", for messages
@@ -81,7 +81,7 @@ class Watch:
         self.start_deaths = 0
         self.deaths = 0  # workers the watcher has seen dead
         self.quiet = False  # its terminate found nothing in flight (see settled)
-        self.cache: Any = None  # Any: the stdlib's private _PoolCache and SimpleQueues (typeshed omits them)
+        self.cache: Any = None  # the stdlib's private _PoolCache (typeshed omits it)
         self.outqueue: Any = None
         self.inqueue: Any = None
         self._pool: Callable[[], Any] = lambda: None
@@ -142,8 +142,8 @@ class Watch:
         """The Pool's workers and threads run: start the watcher now where it samples the workers'
         memory (``_Worker.sample_rss``), else at the first replacement or :meth:`watch_now`."""
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
-        self.cache, self.outqueue, self.inqueue = pool._cache, pool._outqueue, pool._inqueue
-        if self._wanted or pool._ctx.get_start_method() != "fork":
+        self.cache = pool._cache
+        if self._wanted or self.start_method != "fork":
             self.watch_now()
 
     def watch_now(self) -> None:
@@ -261,7 +261,7 @@ class Watch:
     def _keeps_result_lock(self) -> bool:
         """Whether a worker that died writing a result leaves the result lock taken, for the
         reader to give back once it has settled what the death left in the pipe (see frames)."""
-        return self.frames is not None and self.outqueue is not None and self.outqueue._wlock is not None
+        return self.frames is not None and self.outqueue is not None
 
     def _free_locks(self, phase: int, code: int) -> None:
         """Free the queue locks a dead worker held (a Lock has no owner). WAITING and SENDING say it held
@@ -275,8 +275,6 @@ class Watch:
             release_lock(rlock)
         elif phase == IDLE and code < 0:
             self._free_if_orphaned(rlock, (WAITING, RECEIVING))
-        if wlock is None:
-            return
         if phase == SENDING:
             if not self._keeps_result_lock():  # else given back by the reader (see _report)
                 release_lock(wlock)
@@ -305,12 +303,11 @@ class Watch:
         """Put ``notice`` behind everything the dead worker sent (same queue, same order)."""
         data = _pickling.dumps(notice)
         wlock = self.outqueue._wlock
-        if wlock is None or wlock.acquire(timeout=2.0):
+        if wlock.acquire(timeout=2.0):
             try:
                 self.outqueue._writer.send_bytes(data)
             finally:
-                if wlock is not None:
-                    wlock.release()
+                wlock.release()
         else:  # the dead worker holds the lock mid-write: the result thread is stuck, act here
             self.handle(notice)
 
@@ -347,12 +344,8 @@ class Watch:
         reads on, unless the stdlib's sentinel came, no call waits and nothing is queued: then it
         returns None (past its sentinel the result thread drains one ``get`` per ``poll``, and
         waiting there hung ``join``)."""
-        wlock = self.outqueue._wlock if self.outqueue is not None else None
-
-        def give_back() -> None:
-            if wlock is not None:
-                release_lock(wlock)
-        self.frames = frames = FrameReader(conn, give_back)
+        wlock = None if self.outqueue is None else self.outqueue._wlock  # None: the Pool was joined
+        self.frames = frames = FrameReader(conn, lambda: None if wlock is None else release_lock(wlock))
         conn.poll = frames.poll  # what the stdlib's result thread asks: messages buffered here count
         recv, poll = frames.recv, frames.poll
 
@@ -496,9 +489,10 @@ class Watch:
 
     def _describe(self, result: Any, job: int, i: int) -> str:
         what = self.names.get(job) or _KINDS.get(type(result), "an apply_async call")
-        if isinstance(result, MapResult) and result._chunksize > 1:  # type: ignore[attr-defined]  # stdlib private
-            first = i * result._chunksize  # type: ignore[attr-defined]  # stdlib private
-            last = min(first + result._chunksize, self.lengths.get(job, first + 1)) - 1  # type: ignore[attr-defined]  # stdlib private
+        chunksize = result._chunksize if isinstance(result, MapResult) else 1  # type: ignore[attr-defined]  # stdlib private
+        if chunksize > 1:
+            first = i * chunksize
+            last = min(first + chunksize, self.lengths.get(job, first + 1)) - 1
             return f"task {i} of {what} (items {first} to {last})"
         return f"item {i} of {what}" if isinstance(result, (MapResult, IMapIterator)) else what
 

@@ -8,7 +8,6 @@ initializer that raises is reported to the parent instead of killing the worker 
 
 from __future__ import annotations
 
-import contextlib
 import mmap
 import os
 import select
@@ -220,7 +219,7 @@ def _receiver(inqueue: Any, slot: Any) -> Callable[..., Any]:
 
 
 def _sender(outqueue: Any, slot: Any, inherited: Any) -> Callable[[Any, Any], None]:
-    wlock = outqueue._wlock or contextlib.nullcontext()
+    wlock = outqueue._wlock
     send_bytes = outqueue._writer.send_bytes
 
     def dumps(message: Any) -> bytes:
