@@ -212,6 +212,51 @@ def test_joinable_queue_counts_items_written_at_once():
     q.join_thread()
 
 
+def _put_then_exit(q, jq, n):
+    for i in range(n):
+        q.put(lambda i=i: i)  # cell-made objects travel
+    jq.put("job")
+    # the process exits at once: its feeder thread writes everything buffered first
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", START_METHODS)
+def test_queues_behave_as_the_standard_ones(method):
+    ctx = nbmp.get_context(method)
+    q, jq, bounded = ctx.Queue(), ctx.JoinableQueue(), ctx.Queue(2)
+    p = ctx.Process(target=_put_then_exit, args=(q, jq, 500))
+    p.start()
+    assert sorted(q.get(timeout=TIMEOUT)() for _ in range(500)) == list(range(500))
+    assert jq.get(timeout=TIMEOUT) == "job"
+    p.join(TIMEOUT)
+    assert p.exitcode == 0
+    assert q.empty() and q.qsize() == 0
+    with pytest.raises(nbmp.queues.Empty):
+        q.get(timeout=0.05)
+    bounded.put(1)
+    bounded.put(2)
+    assert bounded.full() and bounded.qsize() == 2
+    with pytest.raises(nbmp.queues.Full):
+        bounded.put(3, timeout=0.05)
+    assert bounded.get(timeout=TIMEOUT) == 1 and not bounded.full()
+    jq.task_done()
+    jq.join()  # every item got is done
+    with pytest.raises(ValueError, match="too many times"):
+        jq.task_done()
+    with pytest.raises(RuntimeError, match="inheritance"):
+        pickle.dumps(q)  # a queue travels only to a child being started
+    fresh = ctx.Queue()
+    fresh.close()  # never put to: closes nothing
+    assert fresh.empty()
+    for used in (q, jq, bounded):
+        used.close()
+        used.join_thread()
+        with pytest.raises(ValueError, match="is closed"):
+            used.get()
+    with pytest.raises(OSError, match="is closed"):
+        bounded.empty()  # its feeder closed both ends
+
+
 class _SlowToTakeLock:
     """A Queue's write lock that the feeder thread (``with lock:``) takes only after a pause,
     as a busy machine may delay it; ``put`` (acquire/release) takes it at once."""
