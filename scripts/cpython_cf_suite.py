@@ -29,7 +29,10 @@ from typing import Any, List, Optional
 import cpython_mp_suite as mp_suite  # the runner, the driver and nbmp's swap are that suite's
 
 # Tests where nbmp's executor differs on purpose (docs/dropin.md says why); by test name, any class.
-DELIBERATE: "dict[str, str]" = {}
+DELIBERATE: "dict[str, str]" = {
+    "test_processes_terminate": "a call that cannot be pickled fails in submit, a no-op in its place; the no-op's "
+                                "result can free a worker before the next submit, which then starts none",
+}
 
 MODULES = ["test_as_completed", "test_deadlock", "test_init", "test_process_pool", "test_shutdown", "test_wait"]
 
