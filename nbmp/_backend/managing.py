@@ -113,7 +113,7 @@ _SETTLE_WAIT = 0.5
 
 def _proxy_client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] = None) -> _ProxyConnection:
     conn = connection.Client(address, family, authkey)
-    conn.__class__ = _ProxyConnection  # adds no state of its own beyond the two below: the same object
+    conn.__class__ = _ProxyConnection  # adds no state of its own beyond the one below: the same object
     conn._reconnect_to = (address, authkey)  # type: ignore[attr-defined]  # set just above
     return conn  # type: ignore[return-value]  # retyped by the __class__ assignment above
 
