@@ -166,6 +166,15 @@ def test_a_ranks_lines_that_come_after_its_task_ended_are_still_printed(client, 
     assert "[0] late line of rank 0" in out and "[1] late line of rank 1" in out
 
 
+def test_a_client_refreshing_its_cached_scheduler_info_loses_no_rank(client):
+    # A Client refreshes its cached scheduler info on its own loop, and that refresh carries no
+    # workers: read at the wrong moment, the cache said every worker was gone.
+    with dask.config.set({"distributed.client.scheduler-info-interval": "2ms"}), \
+            distributed.Client(client.scheduler.address, set_as_default=False) as busy:
+        for _ in range(10):
+            assert nbmp.spawn(lambda rank: rank, nprocs=2, cluster=busy, dashboard=False) == [0, 1]
+
+
 def test_a_raising_rank_stops_the_others_and_raises_with_its_traceback(client):
     def work(rank):
         if rank == 1:
@@ -408,7 +417,7 @@ def _wait_for_workers(client, n):
     # A worker restarted after a rank's death comes back under a new address, and the scheduler
     # may list the dead one beside it for a moment: wait until it lists exactly the live ones.
     client.wait_for_workers(n, timeout=60)
-    wait_until(lambda: len(client.scheduler_info(n_workers=-1)["workers"]) == n, "the scheduler lists only live workers",
+    wait_until(lambda: len(client.nthreads()) == n, "the scheduler lists only live workers",
                timeout=60)
 
 

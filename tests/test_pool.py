@@ -939,6 +939,25 @@ def test_an_interrupt_that_another_thread_takes_still_stops_a_waiting_call(call)
     assert all(w.exitcode is not None for w in pool._pool)
 
 
+@pytest.mark.parametrize("call", ["get", "imap"])
+def test_an_interrupt_that_lands_as_a_wait_retakes_its_lock_is_still_an_interrupt(call, monkeypatch):
+    # CPython's Condition.wait re-takes its lock in Python code, where a SIGINT can land: the
+    # with-block around the wait then fails to release it, and the interrupt is only the context
+    # of a RuntimeError. Here the signal "lands" there once, in the main thread.
+    real = threading.Condition._acquire_restore  # type: ignore[attr-defined]
+
+    def interrupted(self, state):
+        if threading.current_thread() is not threading.main_thread():
+            return real(self, state)
+        monkeypatch.setattr(threading.Condition, "_acquire_restore", real)
+        raise KeyboardInterrupt
+    with nbmp.Pool(1) as pool:
+        waits = {"get": pool.apply_async(time.sleep, (TIMEOUT,)).get, "imap": pool.imap(time.sleep, [TIMEOUT]).__next__}
+        monkeypatch.setattr(threading.Condition, "_acquire_restore", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            waits[call]()
+
+
 # --------------------------------------------------------------------------
 # A context that is not nbmp's own
 # --------------------------------------------------------------------------

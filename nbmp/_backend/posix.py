@@ -24,7 +24,7 @@ _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
     "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "default_termination", "widen_pipe",
-    "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "room", "ready", "read_nowait",
+    "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "wait_slice", "room", "ready", "read_nowait",
 ]
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -193,6 +193,17 @@ INTERRUPT_SLICE = 0.25
 run's join, a Pool's result): the kernel may give a process's SIGINT to any thread that
 does not block it, and Python raises it in the main thread only at its next bytecode, which
 an untimed lock wait never reaches. Waiting in slices, the interrupt is raised within one."""
+
+
+def wait_slice(wait: Any, timeout: float) -> Any:
+    """``wait(timeout)`` of a stdlib Event, Condition or queue, whose SIGINT landing as the Condition re-takes
+    its lock (``_acquire_restore``) becomes ``RuntimeError: release unlocked lock``: the interrupt is raised."""
+    try:
+        return wait(timeout)
+    except RuntimeError as exc:
+        if isinstance(exc.__context__, KeyboardInterrupt):
+            raise exc.__context__ from None
+        raise
 
 
 def default_termination() -> None:

@@ -104,9 +104,9 @@ def close_owned_clients() -> None:
 
 
 def worker_hosts(client: Any) -> List[Tuple[str, str]]:
-    """``(host, address)`` of every worker, sorted so that one host's workers are adjacent."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
-    return sorted((str(info.get("host", addr)), str(addr)) for addr, info in workers.items())
+    """``(host, address)`` of every worker, sorted so that one host's workers are adjacent. Asked
+    of the scheduler (``scheduler_info`` returns a cache its client refreshes meanwhile without them)."""
+    return sorted((require().comm.get_address_host(addr), str(addr)) for addr in client.nthreads())
 
 
 _LOCAL = {"127.0.0.1", "localhost", "::1"}

@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence
 
 from .._backend import pickling as _pickling
-from .._backend.posix import INTERRUPT_SLICE
+from .._backend.posix import INTERRUPT_SLICE, wait_slice
 from .._base import RunFinished, RunStarted, TaskProgress, checks as _checks, new_run_id
 from .._pool import WorkerLostError
 from .._pool import progress as _progress
@@ -207,7 +207,7 @@ class _Run:
                 for n, future in enumerate(self.futures):
                     self.inbox.watch(future, n)
                 while pending:
-                    message = self.inbox.get(INTERRUPT_SLICE)  # an interrupt is raised within one
+                    message = wait_slice(self.inbox.get, INTERRUPT_SLICE)  # an interrupt is raised within one
                     if message is None:
                         continue
                     if message[0] == "lost":

@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import cells as _cells, pickling as _pickling
-from .._backend.posix import INTERRUPT_SLICE
+from .._backend.posix import INTERRUPT_SLICE, wait_slice
 from .._base import (Broadcast, EventSink, ProcessException, ProcessExitedException, ProcessRaisedException,
                      RunFinished, RunStarted, WorkerExited, WorkerOutput, WorkerRaised, WorkerStarted, WorkerStats,
                      exited_error, new_run_id, raised_message, stopped_error, util as _util)
@@ -70,8 +70,8 @@ class ClusterContext:
         watch = self._watch
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
-            while not watch.done.wait(INTERRUPT_SLICE if deadline is None
-                                      else max(0.0, min(INTERRUPT_SLICE, deadline - time.monotonic()))):
+            while not wait_slice(watch.done.wait, INTERRUPT_SLICE if deadline is None
+                                 else max(0.0, min(INTERRUPT_SLICE, deadline - time.monotonic()))):
                 if deadline is not None and time.monotonic() >= deadline:
                     return False
         except KeyboardInterrupt:

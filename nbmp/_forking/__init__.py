@@ -9,9 +9,7 @@ from .handlers import ForkHandler, ForkSafetyWarning, Worker
 from .launch import Launch
 from .registry import (ForkHandle, ForkLock, after_fork_in_child, after_fork_in_parent, before_fork, child_started,
                        hazards, prepare_fork_server, register_fork_handler, seed, set_worker_threads,
-                       stamp, start_child,
-                       user_handlers,
-                       worker_threads_setting)
+                       stamp, start_child, user_handlers, worker_threads_setting)
 from .threads import ThreadInfo, native_threads, python_threads, user_threads
 
 __all__ = ["handlers", "launch", "registry", "threads",

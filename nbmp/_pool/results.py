@@ -11,7 +11,7 @@ from multiprocessing import TimeoutError
 from multiprocessing import pool as _stdpool
 from typing import Any, Dict, Optional, Type, TypeVar
 
-from .._backend.posix import INTERRUPT_SLICE
+from .._backend.posix import INTERRUPT_SLICE, wait_slice
 
 __all__ = ["sliced"]
 
@@ -23,7 +23,7 @@ class _SlicedApply(_stdpool.ApplyResult):  # type: ignore[type-arg]  # generic i
         if timeout is not None:
             return super().wait(timeout)
         while not self.ready():
-            super().wait(INTERRUPT_SLICE)
+            wait_slice(super().wait, INTERRUPT_SLICE)
 
 
 class _SlicedMap(_stdpool.MapResult, _SlicedApply):  # type: ignore[type-arg]  # generic in typeshed only
@@ -36,7 +36,7 @@ class _SlicedIMap(_stdpool.IMapIterator):  # type: ignore[type-arg]  # generic i
             return super().next(timeout)
         while True:
             try:
-                return super().next(INTERRUPT_SLICE)
+                return wait_slice(super().next, INTERRUPT_SLICE)
             except TimeoutError:
                 continue
 
@@ -47,12 +47,8 @@ class _SlicedIMapUnordered(_stdpool.IMapUnorderedIterator, _SlicedIMap):  # type
     pass
 
 
-_SLICED: Dict[type, type] = {
-    _stdpool.ApplyResult: _SlicedApply,
-    _stdpool.MapResult: _SlicedMap,
-    _stdpool.IMapIterator: _SlicedIMap,
-    _stdpool.IMapUnorderedIterator: _SlicedIMapUnordered,
-}
+_SLICED: Dict[type, type] = {_stdpool.ApplyResult: _SlicedApply, _stdpool.MapResult: _SlicedMap,
+                             _stdpool.IMapIterator: _SlicedIMap, _stdpool.IMapUnorderedIterator: _SlicedIMapUnordered}
 
 
 def sliced(result: _R) -> _R:

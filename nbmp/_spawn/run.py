@@ -153,7 +153,7 @@ def _wait(sup: Supervisor, timeout: Optional[float]) -> bool:
     deadline = None if timeout is None else max(0.0, timeout)
     while deadline is None or deadline > 0:
         step = _posix.INTERRUPT_SLICE if deadline is None else min(_posix.INTERRUPT_SLICE, deadline)
-        if sup.done.wait(step):
+        if _posix.wait_slice(sup.done.wait, step):
             sup.thread.join()  # past its last step: no nbmp thread outlives the call that waited
             return True
         if deadline is not None:

@@ -338,14 +338,7 @@ def _run_finished(state: DashboardState, e: ev.RunFinished) -> None:
 _ANNOUNCEMENTS = (ev.RunStarted, ev.WorkerStarted, ev.RunFinished)  # not yet news from the work itself
 # Any: each handler takes the event type it is filed under, which a dict's type cannot say.
 _HANDLERS: Dict[type, Callable[[DashboardState, Any], None]] = {
-    ev.RunStarted: _run_started,
-    ev.WorkerStarted: _worker_started,
-    ev.WorkerOutput: _worker_output,
-    ev.WorkerStats: _worker_stats,
-    ev.WorkerRaised: _worker_raised,
-    ev.WorkerExited: _worker_exited,
-    ev.TaskProgress: _task_progress,
-    ev.TaskRan: _task_ran,
-    ev.RunFinished: _run_finished,
-}
+    ev.RunStarted: _run_started, ev.WorkerStarted: _worker_started, ev.WorkerOutput: _worker_output,
+    ev.WorkerStats: _worker_stats, ev.WorkerRaised: _worker_raised, ev.WorkerExited: _worker_exited,
+    ev.TaskProgress: _task_progress, ev.TaskRan: _task_ran, ev.RunFinished: _run_finished}
 
