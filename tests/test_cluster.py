@@ -97,6 +97,13 @@ def test_spawn_returns_ordered_values_and_runs_one_rank_per_worker(client):
     assert {ppid for _, ppid in values} == worker_pids  # each rank is a child of a different Dask worker
 
 
+def test_no_nbmp_thread_outlives_a_cluster_spawn(client):
+    # The run's watch thread ends just after it sets the run done: the call waits for that too.
+    for _ in range(30):
+        assert nbmp.spawn(lambda rank: rank, nprocs=2, cluster=client, dashboard=False) == [0, 1]
+        assert not [t.name for t in threading.enumerate() if t.name.startswith("nbmp")]
+
+
 def test_spawn_accepts_a_scheduler_address(client):
     assert nbmp.spawn(lambda rank: rank * 3, nprocs=2, cluster=client.scheduler.address, dashboard=False) == [0, 3]
     nbmp._cluster.close_owned_clients()

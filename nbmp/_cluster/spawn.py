@@ -77,6 +77,7 @@ class ClusterContext:
         except KeyboardInterrupt:
             watch.interrupt()
             raise
+        watch.thread.join()  # past its last step: no nbmp thread outlives the call that waited
         if watch.error is not None:
             raise watch.error
         return True
@@ -150,9 +151,9 @@ class _Watch:
             self.client.cancel(list(self.futures.values()), force=True)
             self.board.close()
             raise
-        thread = threading.Thread(target=contextvars.copy_context().run, args=(self._main, inbox),
-                                  name=f"nbmp-cluster-{self.run_id}", daemon=True)
-        thread.start()
+        self.thread = threading.Thread(target=contextvars.copy_context().run, args=(self._main, inbox),
+                                       name=f"nbmp-cluster-{self.run_id}", daemon=True)
+        self.thread.start()
 
     def _submit(self, inbox: Inbox) -> None:
         job = RankJob(self.key, self.nprocs, _registry.fork_settings(),
@@ -169,7 +170,8 @@ class _Watch:
         self.interrupted = True
         self._stop()
         try:
-            self.done.wait(self.grace_period + CANCEL_SLACK + 5.0)
+            if self.done.wait(self.grace_period + CANCEL_SLACK + 5.0):
+                self.thread.join()
         except KeyboardInterrupt:
             pass
 

@@ -86,6 +86,7 @@ class Watch:
         self.inqueue: Any = None
         self._pool: Callable[[], Any] = lambda: None
         self._thread: Optional[threading.Thread] = None
+        self._helpers: List[threading.Thread] = []  # the late-results reader and a cut stream's drain
         self._stopping = False
         self._wakeup: Optional[WakeUp] = None  # stop() wakes the watcher thread through it
         self._starting = threading.Lock()  # the watcher thread is started once, never after stop()
@@ -157,17 +158,16 @@ class Watch:
             self._thread = _daemons.start(self._run, name="nbmp-pool-watcher")
 
     def stop(self, wait: bool = True) -> None:
-        """End the watcher thread now and, with ``wait``, wait for it (the Pool was terminated
-        or joined)."""
+        """End the watcher thread now and, with ``wait``, wait for it and for the helpers, which end
+        with the workers (the Pool was terminated or joined)."""
         with self._starting:
             first, self._stopping = not self._stopping, True
             thread = self._thread
-        if thread is None:
-            return
         if first and self._wakeup is not None:
             self._wakeup.set()
-        if wait and thread is not threading.current_thread():
-            thread.join(timeout=5.0)
+        for helper in [thread, *self._helpers] if wait else []:
+            if helper is not None and helper is not threading.current_thread():
+                helper.join(timeout=5.0)
 
     def settled(self, taskqueue: Any) -> bool:
         """Whether the Pool has nothing in flight (no pending call, nothing queued or unread, no death,
@@ -359,7 +359,7 @@ class Watch:
                     raise
                 except Exception as exc:  # a cut message: the stream cannot be trusted any more
                     self.stream_cut = True
-                    _daemons.start(self._drain_cut_stream, name="nbmp-pool-drain")
+                    self._helpers.append(_daemons.start(self._drain_cut_stream, name="nbmp-pool-drain"))
                     if isinstance(exc, StreamCut) and exc.notice is not None:  # the dead writer's own call first
                         self.handle(exc.notice)
                     self.handle(Notice("unreadable", payload=exc))
@@ -394,21 +394,20 @@ class Watch:
         if self._reading_late or self._get is None or self.outqueue is None:
             return
         self._reading_late = True
-        _daemons.start(self._read_late_results, result_thread, self._get, self.outqueue._reader,
-                       name="nbmp-pool-late-results")
+        self._helpers.append(_daemons.start(self._read_late_results, result_thread, self._get, self.outqueue._reader,
+                                            name="nbmp-pool-late-results"))
 
     def _read_late_results(self, result_thread: threading.Thread, get: Callable[[], Any], reader: Any) -> None:
         result_thread.join()  # never two readers at once
 
-        def workers_may_write() -> bool:
+        def writers() -> List[int]:  # the live workers' sentinels; none once terminated or cut (see _drain_cut_stream)
             pool = self._live_pool()
-            if pool is None or self.stream_cut:  # terminated, or a cut stream: _drain_cut_stream reads it
-                return False
-            sentinels = [p.sentinel for p in list(pool._pool) if p.pid is not None]  # started ones
-            return len(wait(sentinels, timeout=0)) < len(sentinels)  # sentinels: reaping is the Pool's
+            sentinels = [] if pool is None or self.stream_cut else [p.sentinel for p in list(pool._pool) if p.pid is not None]
+            ended = wait(sentinels, timeout=0)
+            return [s for s in sentinels if s not in ended]
         try:
-            while workers_may_write():
-                if reader.poll(0.05):
+            while live := writers():
+                if reader in wait([reader, *live], timeout=0.05):  # the last exit wakes it: join waits for it
                     get()  # nobody waits for it: loaded and dropped
         except (OSError, EOFError, ValueError):  # the Pool let its queues go meanwhile
             pass
