@@ -460,6 +460,16 @@ def test_a_worker_holds_no_other_workers_pipe_ends(start_method):
                 assert not set(own) & set(ends), f"worker {j} can write into worker {i}'s output pipes"
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd (Linux)")
+def test_a_run_keeps_no_descriptor_open_once_it_returned(start_method):
+    # A worker the run reaped but the standard module still counted as a child kept its sentinel
+    # pipe open until the next process started.
+    nbmp.spawn(abs, nprocs=1, start_method=start_method)  # whatever a first run opens for good (a fork server)
+    before = set(os.listdir("/proc/self/fd"))
+    assert nbmp.spawn(abs, nprocs=3, start_method=start_method) == [0, 1, 2]
+    assert set(os.listdir("/proc/self/fd")) <= before
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="parent-death signal needs Linux prctl(2)")
 def test_nested_workers_die_with_their_parent(start_method):
     pids_r, pids_w = nbmp.Pipe(duplex=False)

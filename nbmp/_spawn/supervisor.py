@@ -347,10 +347,10 @@ def _supervise(supervisor: Supervisor, context: contextvars.Context) -> None:
 
 
 def _reap(process: BaseProcess) -> int:
-    # Another thread may be reaping the same child (Process.start() polls every
+    # The standard join, which also drops it from the stdlib's children (holding its sentinel pipe
+    # open until the next start). Another thread may be reaping it (Process.start() polls every
     # child), and its waitpid can win: then exitcode appears a moment later.
     while True:
-        code = process.exitcode  # waitpid(WNOHANG): the sentinel said it has ended
-        if code is not None:
-            return code
         process.join(0.01)
+        if process.exitcode is not None:
+            return process.exitcode
