@@ -105,7 +105,7 @@ def close_owned_clients() -> None:
 
 def worker_hosts(client: Any) -> List[Tuple[str, str]]:
     """``(host, address)`` of every worker, sorted so that one host's workers are adjacent. Asked
-    of the scheduler (``scheduler_info`` returns a cache its client refreshes meanwhile without them)."""
+    of the scheduler: ``scheduler_info`` returns a cache that the client's own refresh empties of workers."""
     return sorted((require().comm.get_address_host(addr), str(addr)) for addr in client.nthreads())
 
 

@@ -352,5 +352,5 @@ def _reap(process: BaseProcess) -> int:
     # child), and its waitpid can win: then exitcode appears a moment later.
     while True:
         process.join(0.01)
-        if process.exitcode is not None:
-            return process.exitcode
+        if (code := process.exitcode) is not None:
+            return code
