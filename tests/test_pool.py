@@ -398,6 +398,24 @@ def test_a_worker_killed_in_the_middle_of_its_result_fails_the_call_and_join_end
         pool.terminate()
 
 
+@pytest.mark.timeout(120)
+def test_a_closed_pool_whose_worker_died_in_the_middle_of_its_result_joins_with_nothing_left_running(ctx):
+    # The call fails a moment before the Pool knows it is broken. A join in that moment waited for
+    # every worker, then 5 s for the cut stream's drain, which ran on; or blocked 30 s in the
+    # terminate, on a read of the pipe the drain was emptying.
+    for _ in range(5):
+        pool = ctx.Pool(2)
+        try:
+            result = pool.apply_async(_die_writing_a_result, (struct.pack("!i", 1 << 20) + b"cut off",))
+            pool.close()
+            with pytest.raises(nbmp.WorkerLostError, match="while sending the result of"):
+                result.get(TIMEOUT)
+            pool.join()
+            assert [t.name for t in threading.enumerate() if t.name.startswith("nbmp")] == []
+        finally:
+            pool.terminate()
+
+
 def _stall_writing_a_result() -> None:
     from nbmp._pool.worker import PHASE, SENDING
     here = _worker_loop_locals()

@@ -17,7 +17,7 @@ import threading
 import weakref
 from typing import Any, Callable, Optional
 
-from .._backend import pickling as _pickling
+from .._backend import pickling as _pickling, posix as _posix
 from .._backend.posix import WakeUp
 
 __all__ = ["FrameReader", "StreamCut"]
@@ -55,6 +55,7 @@ class FrameReader:
         self._release = release  # gives back the result lock the watcher kept for a death
         self._pending: Optional[Any] = None
         self._gone = False  # see writers_gone
+        self.cut = False  # a frame was cut: what follows has no framing, and is only drained (as bytes)
         self._buf = bytearray()  # read, not yet taken: from _pos on
         self._reading = threading.Lock()
         self._pos = 0
@@ -74,11 +75,9 @@ class FrameReader:
         """Throw away what is buffered and queued, as bytes (after a short frame nothing reads
         as messages)."""
         with self._reading:
-            self._buf.clear()
-            self._pos = 0
-            while self._readable.poll(0):
-                if not os.read(self._fd, 1 << 20):
-                    return
+            self._buf, self._pos = bytearray(), 0
+            while _posix.read_nowait(self._fd, 1 << 20):  # a cut stream's drain may read too: never block
+                pass
 
     def hand_over(self, notice: Any) -> None:
         """A worker died holding the result lock, writing (the lock stays taken): settle its
@@ -97,6 +96,8 @@ class FrameReader:
         One thread at a time (after the result thread, a closed or terminated Pool's pipe may
         be read on by two)."""
         with self._reading:
+            if self.cut:  # never read a cut stream again: its framing asks for gigabytes
+                raise StreamCut(None)
             try:
                 size, = _LENGTH.unpack(self._take(4, inside=False))
                 if size == -1:
@@ -164,6 +165,7 @@ class FrameReader:
                 self._pending = None
                 self._release()
                 if inside:
+                    self.cut = True
                     raise StreamCut(notice)
                 raise _Settled(notice)
             for fd, _ in self._waiting.poll():

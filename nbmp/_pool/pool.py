@@ -200,7 +200,7 @@ class Pool(_stdpool.Pool):
         A Pool that a worker's death broke (its pending calls failed, and it closed itself)
         is terminated here: its other workers may wait on a task stream the dead one cut
         mid-message, or on a queue lock it held, and would never exit by themselves."""
-        if self._watch.broken is not None and self._state == _stdpool.CLOSE:
+        if (self._watch.broken is not None or self._watch.stream_cut) and self._state == _stdpool.CLOSE:
             self.terminate()
         if self._state in (_stdpool.CLOSE, _stdpool.TERMINATE):  # else the stdlib's join raises
             for thread in (self._worker_handler, self._task_handler, self._result_handler):  # type: ignore[attr-defined]  # stdlib private

@@ -358,7 +358,7 @@ class Watch:
                 except (OSError, EOFError):
                     raise
                 except Exception as exc:  # a cut message: the stream cannot be trusted any more
-                    self.stream_cut = True
+                    self.stream_cut = frames.cut = True
                     self._helpers.append(_daemons.start(self._drain_cut_stream, name="nbmp-pool-drain"))
                     if isinstance(exc, StreamCut) and exc.notice is not None:  # the dead writer's own call first
                         self.handle(exc.notice)
@@ -417,7 +417,7 @@ class Watch:
         waits for) while the pipe is full: read it away until the workers are gone."""
         def workers_may_write() -> bool:
             pool = self._pool()
-            return pool is not None and not (pool._state == TERMINATE and
+            return pool is not None and not ((pool._state == TERMINATE or self._stopping) and  # stop(): joined
                                              all(p.exitcode is not None for p in list(pool._pool)))
         drain(self.outqueue._reader, workers_may_write)
 
@@ -524,10 +524,8 @@ def drain(reader: Any, going: Callable[[], bool]) -> None:
 def release_lock(lock: Any) -> None:
     """Release ``lock`` for a holder that cannot (a dead worker); already released is no error:
     another thread may have freed it first (the result reader settling a cut message)."""
-    try:
+    with contextlib.suppress(ValueError):  # already released
         lock.release()
-    except ValueError:  # already released
-        pass
 
 
 def _fail(result: Any, i: int, error: BaseException) -> None:
