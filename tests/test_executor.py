@@ -9,6 +9,7 @@ import gc
 import os
 import pickle
 import signal
+import struct
 import sys
 import threading
 import time
@@ -120,6 +121,43 @@ def test_a_dead_worker_is_named_in_brokenprocesspool(start_method, how, named):
         assert "terminated abruptly with exit code" in cause and "ProcessPoolExecutor worker 0 (pid" in cause
         with pytest.raises(BrokenProcessPool):
             ex.submit(int)
+
+
+def _die_in_the_middle_of_the_result():
+    # What a worker killed while it sends a big result leaves (out of memory, say): the result
+    # queue's lock taken and the start of a message in the pipe.
+    frame = sys._getframe()
+    while "result_queue" not in frame.f_locals:
+        frame = frame.f_back
+    queue = frame.f_locals["result_queue"]
+    queue._wlock.acquire()
+    queue._writer._send(struct.pack("!i", 1 << 20) + b"cut off")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_killed_in_the_middle_of_its_result_breaks_the_executor(start_method):
+    # The standard executor waits for the rest of that message for ever: its future and its shutdown hang.
+    ex = executor(start_method)
+    try:
+        with pytest.raises(BrokenProcessPool, match="SIGKILL"):
+            ex.submit(_die_in_the_middle_of_the_result).result(TIMEOUT)
+    finally:
+        ex.shutdown(wait=True)
+
+
+@pytest.mark.timeout(120)
+def test_shutdown_ends_after_a_worker_was_killed_as_it_waited_for_a_call(start_method):
+    # One of two idle workers holds the call queue's lock as it waits: killed, it keeps it, and the
+    # standard executor's shutdown waits for ever for the other, which cannot read its stop.
+    for _ in range(6):
+        ex = executor(start_method)
+        assert list(ex.map(abs, [-1, -2, -3, -4])) == [1, 2, 3, 4]
+        workers = list(ex._processes.values())
+        time.sleep(0.1)  # both wait for a call
+        os.kill(workers[0].pid, signal.SIGKILL)
+        ex.shutdown(wait=True)
+        assert None not in [w.exitcode for w in workers]
 
 
 def test_the_standard_executor_with_an_nbmp_context_still_refuses_lambdas():

@@ -10,6 +10,7 @@ server already running, is left as it is: the server is the standard module's, s
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import sys
@@ -69,7 +70,5 @@ def load_lazy_imports() -> None:
             return
         tried |= pending
         for name in sorted(pending):
-            try:
+            with contextlib.suppress(Exception):  # not a module (``lazy from m import name``), or one that cannot load here: the worker meets it as before
                 importlib.import_module(name)
-            except Exception:  # not a module (``lazy from m import name``), or one that cannot load here: the worker meets it as before
-                pass

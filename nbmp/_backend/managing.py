@@ -8,6 +8,7 @@ one; and :class:`StartsFromNbmp`, the mixin that makes both the default.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
@@ -77,17 +78,13 @@ class _ProxyConnection(connection.Connection):
 
     @interrupts.held  # not raised: this runs in a proxy's finalizer, where Python would print an interrupt and drop it
     def _drop_reply(self) -> None:
-        try:
+        with contextlib.suppress(OSError, EOFError):  # the server has gone: its reply with it
             self._settle(reconnect=False)
-        except (OSError, EOFError):  # the server has gone: its reply with it
-            pass
 
     def _settle(self, reconnect: bool = True) -> None:
         if posix.ready(self.fileno(), _SETTLE_WAIT):  # the reply came: dropped, with what it holds
-            try:
+            with contextlib.suppress(Exception):  # what the call given up on answered is nobody's concern now
                 self.recv()
-            except Exception:  # what the call given up on answered is nobody's concern now
-                pass
             return
         if not reconnect:
             return

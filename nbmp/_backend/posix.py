@@ -4,6 +4,7 @@ names and C stdio, each a no-op where the platform lacks it (the rest of nbmp ne
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -131,10 +132,8 @@ def signal_descendants(pid: int, signum: int) -> None:
         for child in _children(todo.pop()):
             if group is not None and _group(child) == group:
                 todo.append(child)
-                try:
+                with contextlib.suppress(OSError):  # gone since
                     os.kill(child, signum)
-                except OSError:  # gone since
-                    pass
 
 
 def _children(pid: int) -> List[int]:
@@ -309,10 +308,8 @@ class WakeUp:
     def set(self) -> None:
         with self._lock:
             if self._w >= 0:
-                try:
+                with contextlib.suppress(BlockingIOError):  # full: set already
                     os.write(self._w, b"!")
-                except BlockingIOError:  # full: set already
-                    pass
 
     def clear(self) -> None:
         """Empty the pipe (from the thread that waits on it)."""

@@ -62,9 +62,7 @@ class CapturedException:
 
     def __reduce__(self) -> Tuple[Any, ...]:
         parts = (self.pickled, self.exc_type, self.message, self.frames, self.tail, self.chain)
-        if self.as_exception:
-            return _rebuild_exception, (self.header, *parts)
-        return _rebuild_remote, parts
+        return (_rebuild_exception, (self.header, *parts)) if self.as_exception else (_rebuild_remote, parts)
 
 
 def _survivor(exc: BaseException, exc_type: str) -> bytes:

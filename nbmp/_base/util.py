@@ -80,9 +80,7 @@ def display_kind(stream: Any) -> Optional[str]:
             return "terminal"
     except (AttributeError, OSError, ValueError):  # no isatty, or closed
         pass
-    if type(stream).__module__.startswith("ipykernel"):
-        return "notebook"
-    return None
+    return "notebook" if type(stream).__module__.startswith("ipykernel") else None
 
 
 class LiveText:

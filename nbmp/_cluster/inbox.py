@@ -4,6 +4,7 @@ the futures' completions, read in one place by one thread."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import queue
 import time
@@ -41,10 +42,8 @@ class Inbox:
 
     def __exit__(self, *exc: Any) -> None:
         for topic in self._subscribed:
-            try:
+            with contextlib.suppress(ValueError, RuntimeError):  # the client closed meanwhile
                 self.client.unsubscribe_topic(topic)
-            except (ValueError, RuntimeError):  # the client closed meanwhile
-                pass
 
     def _subscribe(self, topic: str, handler: Any) -> None:
         self.client.subscribe_topic(topic, handler)

@@ -9,6 +9,7 @@ is registered with ``os.register_at_fork``.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import hashlib
@@ -82,9 +83,7 @@ def worker_threads_setting() -> Optional[int]:
     if _worker_threads is not None:
         return _worker_threads
     env = os.environ.get(_ENV_THREADS, "").strip()
-    if env.isdigit() and int(env) > 0:
-        return int(env)
-    return None
+    return int(env) if env.isdigit() and int(env) > 0 else None
 
 
 def fork_settings() -> Dict[str, Any]:
@@ -350,10 +349,8 @@ def before_fork(launch: Optional[Launch] = None) -> None:
         warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())
     if new:  # or the child inherits the warning in an unflushed buffer and prints it again
         for stream in (sys.stderr, sys.stdout):
-            try:
+            with contextlib.suppress(Exception):
                 stream.flush()
-            except Exception:
-                pass
     for handler in reversed(_plan):
         _run(handler, "before")
 

@@ -82,6 +82,4 @@ def native_threads() -> List[ThreadInfo]:
 
 def user_threads() -> List[ThreadInfo]:
     """Live Python threads that belong to neither nbmp, the kernel nor a fork-aware library."""
-    if alone():
-        return []
-    return [t for t in python_threads() if t.kind == "user"]
+    return [] if alone() else [t for t in python_threads() if t.kind == "user"]

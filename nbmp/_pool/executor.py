@@ -9,16 +9,19 @@ worker's ``BrokenProcessPool`` names its pid, exit code or signal and likely cau
 
 from __future__ import annotations
 
+import contextlib
+import os
 from concurrent.futures import Future, InvalidStateError, process
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .._backend import pickling as _pickling
+from .._backend import pickling as _pickling, posix as _posix
 from .._backend.context import default_context, workers_context
 from .._backend.main_module import Initializer, MainObjects
 from .._base import WorkerExited
 from .errors import WorkerLostError, lost_error
+from .frames import _LENGTH, _LONG_LENGTH
 
 __all__ = ["ProcessPoolExecutor"]
 
@@ -54,6 +57,21 @@ class _ManagerThread(process._ExecutorManagerThread):
     processes: Dict[int, Any]
     pending_work_items: Dict[int, Any]
 
+    def __init__(self, executor: Any) -> None:
+        super().__init__(executor)
+        reader = self.result_queue._reader  # type: ignore[attr-defined]  # stdlib private: the pipe it waits on
+        reader.recv = _results_reader(reader.fileno(), self.processes)
+
+    def shutdown_workers(self) -> None:
+        super().shutdown_workers()
+        # The stops are sent. A worker killed as it waited for a call holds the call queue's lock: the others
+        # never read their stop (the stdlib's join waited for ever), and are stopped as a broken executor's.
+        processes = list(self.processes.values())
+        while (live := [p for p in processes if p.exitcode is None]) and not any(p.exitcode for p in processes):
+            wait([p.sentinel for p in live], 0.01)
+        for p in live:
+            p.terminate()
+
     def terminate_broken(self, cause: Any, *args: Any) -> None:
         lost = self._lost_worker()
         if lost is None:
@@ -66,10 +84,8 @@ class _ManagerThread(process._ExecutorManagerThread):
         for work_item in self.pending_work_items.values():
             broken = BrokenProcessPool(message)
             broken.__cause__ = process._RemoteTraceback(remote)  # type: ignore[arg-type]  # stdlib private; it takes the text (typeshed says a traceback)
-            try:
+            with contextlib.suppress(InvalidStateError):  # cancelled meanwhile
                 work_item.future.set_exception(broken)
-            except InvalidStateError:  # cancelled meanwhile
-                pass
         self.pending_work_items.clear()
         super().terminate_broken(cause)
 
@@ -86,6 +102,27 @@ class _ManagerThread(process._ExecutorManagerThread):
                     error.args = (error.args[0].replace("Pool worker", "ProcessPoolExecutor worker", 1),)
                     return error
         return None
+
+
+def _results_reader(fd: int, processes: Dict[int, Any]) -> Callable[[], Any]:
+    """The manager thread's ``recv`` of the result pipe, which reads no further than one message (the manager
+    waits on the pipe). The stdlib's waits for ever for the rest of one whose writer died in the middle (killed
+    as it sent a big result); this one gives up once a worker died and no byte came for a second: broken."""
+    def read(n: int) -> bytearray:
+        data, got = bytearray(n), 0
+        while got < n:
+            if _posix.ready(fd, 1.0):
+                if not (k := os.readv(fd, [memoryview(data)[got:]])):
+                    raise EOFError
+                got += k
+            elif wait([p.sentinel for p in list(processes.values())], timeout=0):
+                raise EOFError("a worker died in the middle of sending a result")
+        return data
+
+    def recv() -> Any:
+        size, = _LENGTH.unpack(read(4))
+        return _pickling.loads_whole(read(_LONG_LENGTH.unpack(read(8))[0] if size == -1 else size))
+    return recv
 
 
 class ProcessPoolExecutor(process.ProcessPoolExecutor):

@@ -113,9 +113,7 @@ def timed(message: Any) -> Any:
     """A worker's result message ``(job, i, outcome)`` with a 5-tuple outcome made a :class:`Timed`;
     anything else (a 2-tuple error made when the result could not be pickled) as it came."""
     outcome = message[2]
-    if len(outcome) == 5:
-        return message[0], message[1], Timed(*outcome)
-    return message
+    return (message[0], message[1], Timed(*outcome)) if len(outcome) == 5 else message
 
 
 _functions: "dict[bytes, Any]" = {}

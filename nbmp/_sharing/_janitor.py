@@ -43,6 +43,7 @@ segment and exits.
 from __future__ import annotations
 
 import array
+import contextlib
 import ctypes
 import mmap
 import os
@@ -79,10 +80,8 @@ def private_directory() -> str:
     """``<temporary directory>/nbmp-<uid>``, made ``0700``; PermissionError if it exists and
     another user could write to it or own it."""
     path = os.path.join(tempfile.gettempdir(), f"nbmp-{os.geteuid()}")
-    try:
+    with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
     st = os.lstat(path)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise PermissionError(f"nbmp: {path} must be a directory of this user's that no one else can enter "
@@ -126,10 +125,8 @@ class Segment:
                 _punch(self.fd, self.size)
             os.close(self.fd)
         if self.path is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(self.path)
-            except OSError:
-                pass
 
 
 class Janitor:
@@ -193,10 +190,8 @@ class Janitor:
             if conn is None:  # a drop from a board whose process is gone
                 self.drop_pocketed(ticket)
             elif conn in self.holds:
-                try:
+                with contextlib.suppress(OSError):  # that receiver is gone; its connection closes on its own
                     self.resolve(conn, verb, ticket)
-                except OSError:
-                    pass  # that receiver is gone; its connection closes on its own
 
     def resolve(self, conn: socket.socket, verb: str, ticket: str) -> None:
         if ticket not in self.tickets:
@@ -223,10 +218,8 @@ class Janitor:
         for waiting in self.parked.values():
             for conn, verb in waiting:
                 if verb == "take" and conn in self.holds:
-                    try:
+                    with contextlib.suppress(OSError):  # that receiver is gone; its connection closes on its own
                         conn.sendall(b"err unknown\n")
-                    except OSError:
-                        pass  # that receiver is gone; its connection closes on its own
         self.parked.clear()
 
     def drop_pocketed(self, ticket: str) -> None:
@@ -365,10 +358,8 @@ def _ready_now(conn: socket.socket) -> Tuple[bytes, List[int]]:
 
 def _unlink_all(paths: Dict[str, None]) -> None:
     for path in paths:
-        try:
+        with contextlib.suppress(OSError):  # never created, or already discarded by its maker
             os.unlink(path)
-        except OSError:
-            pass  # never created, or already discarded by its maker
 
 
 def _watch(root: int) -> Optional[int]:
@@ -485,10 +476,8 @@ def main() -> int:
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # one fd per live segment is ours to hold
     for fd in (0, 1, 2):
-        try:
+        with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_RDWR), fd)
-        except OSError:
-            pass
     try:
         serve(listener, root)
     finally:

@@ -8,6 +8,7 @@ was mapped) and the owner claims it with one request; see docs/sharing.md for th
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
@@ -123,7 +124,5 @@ def give_up(entry: Optional[Entry], tell: bool = True) -> None:
             del _entries[entry.seg]
     _libc.munmap(entry.start, entry.size)
     if tell:
-        try:
+        with contextlib.suppress(OSError):  # the janitor is gone: so is the segment
             _client.send(entry.root, f"unpool {entry.seg}\n")
-        except OSError:
-            pass  # the janitor is gone: so is the segment

@@ -11,6 +11,7 @@ is told that this process lets go.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import ctypes
 import mmap
 import os
@@ -122,10 +123,8 @@ def _forget(mapped: Mapped, holder: int) -> None:
         message += f"rel {mapped.seg}\n"
     message += _pocket.give_back(mapped.root, mapped.seg)
     if message:
-        try:
+        with contextlib.suppress(OSError):  # the janitor is gone (root exited): nothing left to release
             _client.send(mapped.root, message)
-        except OSError:
-            pass  # the janitor is gone (root exited): nothing left to release
 
 
 def find(address: int) -> Optional[Mapped]:

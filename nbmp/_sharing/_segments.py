@@ -8,6 +8,7 @@ segments are reused (``_pool``); the segments a process maps are in ``_registry`
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import itertools
@@ -222,10 +223,8 @@ def _new_ticket(root: str) -> str:
 def forget_ticket(root: str, ticket: str) -> None:
     """Give back the reference ``ticket`` carries, if no process has taken it (its message
     was dropped unread); a ticket already taken is left alone."""
-    try:
+    with contextlib.suppress(OSError):  # the janitor is gone (root exited): nothing is held any more
         _client.send(root, f"forget {ticket}\n")
-    except OSError:
-        pass  # the janitor is gone (root exited): nothing is held any more
 
 
 def ticket_for(mapped: Mapped) -> Handle:

@@ -10,6 +10,7 @@ fd 1 and 2 become pipes; the parent reads them, and only whole lines leave it.
 
 from __future__ import annotations
 
+import contextlib
 import codecs
 import io
 import os
@@ -175,10 +176,8 @@ class StreamPrinter:
         then redraw the statuses if they changed."""
         while self._written:
             _, stream = self._written.popitem()
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a closed stream must not break the run
                 stream.flush()
-            except (OSError, ValueError):  # a closed stream must not break the run
-                pass
         self._board.draw([self._label(index, text) for (index, _), text in self._statuses.items()])
 
 

@@ -9,6 +9,7 @@ deadlines that ``stop`` and ``joining`` move, and is never held across a blockin
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import os
@@ -274,10 +275,8 @@ class Supervisor:
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
         if worker.outcome[0] != "raised":
-            try:  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
+            with contextlib.suppress(OSError):  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
                 worker.result_pipe.send_bytes(b"")
-            except OSError:
-                pass
 
     def _finish(self, worker: Worker) -> None:
         """The worker's process ended: take what it left in its pipes, then reap it."""

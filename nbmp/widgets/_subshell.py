@@ -8,6 +8,7 @@ first; where one is missing, the click is handled when the cell finishes.
 
 from __future__ import annotations
 
+import contextlib
 import concurrent.futures
 import sys
 import threading
@@ -47,10 +48,8 @@ class ClickRoute:
         # From inside the subshell (a Stop click that ended the run) the deletion, which
         # joins this very thread, must not be waited for.
         wait = not threading.current_thread().name.endswith(subshell_id)
-        try:
+        with contextlib.suppress(Exception):  # already gone with the kernel
             _on_shell_channel(self._manager, lambda: self._manager._delete_subshell(subshell_id), wait)
-        except Exception:  # already gone with the kernel
-            pass
 
 
 def _subshell_manager() -> Optional[Any]:  # Any: ipykernel's subshell manager (untyped)
