@@ -416,6 +416,24 @@ def test_a_closed_pool_whose_worker_died_in_the_middle_of_its_result_joins_with_
             pool.terminate()
 
 
+@pytest.mark.timeout(120)
+def test_terminate_does_not_wait_for_the_task_lock_of_a_worker_killed_while_idle(ctx):
+    # Of two idle workers one waits for a task holding the task queue's lock; killed, it holds it for
+    # good, and the terminate waited 5 s for it before it drained the stops it had just queued.
+    for _ in range(5):
+        pool = ctx.Pool(2)
+        try:
+            assert pool.map(abs, [-1, -2, -3, -4], chunksize=1) == [1, 2, 3, 4]
+            time.sleep(0.1)  # both wait for a task
+            os.kill(pool._pool[0].pid, signal.SIGKILL)
+            started = time.monotonic()
+            pool.terminate()
+            assert time.monotonic() - started < 3.0, "the terminate waited for the dead worker's lock"
+        finally:
+            pool.terminate()
+            pool.join()
+
+
 def _stall_writing_a_result() -> None:
     from nbmp._pool.worker import PHASE, SENDING
     here = _worker_loop_locals()

@@ -158,10 +158,10 @@ class Pool(_stdpool.Pool):
         # The stdlib blocks on the task queue's lock, which a dead worker may hold: wait a bounded time.
         if not inqueue._reader.poll():
             return  # nothing queued to drain; an idle worker's hold ends with the worker
-        watch = watch_of(inqueue)
-        deadline = time.monotonic() + (0.1 if watch is not None and watch.broken is not None else 5.0)
-        while not inqueue._rlock.acquire(timeout=0.05):
-            if time.monotonic() > deadline or not inqueue._reader.poll():
+        watch, deadline = watch_of(inqueue), time.monotonic() + 5.0
+        while not inqueue._rlock.acquire(timeout=0.05):  # a worker that died may hold it for good: not waited for
+            if time.monotonic() > deadline or not inqueue._reader.poll() or watch is not None and (
+                    watch.broken is not None or any(w.proc.exitcode is not None for w in list(watch.workers))):
                 break
         # Raw bytes, never loaded (release_unread() gives their tickets back; a stream cut mid-message
         # has no framing) and never a blocking read (_unblock_threads or a live worker may take them).
