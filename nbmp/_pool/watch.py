@@ -563,8 +563,6 @@ class _Remainder:
 
     def drop(self) -> None:
         if self.cache.get(self.job) is self:
-            try:
+            with contextlib.suppress(KeyError):
                 del self.cache[self.job]  # the stdlib's cache tells its worker thread when it empties
-            except KeyError:
-                pass
 

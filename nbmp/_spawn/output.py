@@ -192,26 +192,27 @@ def _line_writer(fd: int) -> TextIO:
 
 def redirect_std_fds(stdout_fd: int, stderr_fd: int) -> None:
     """In a worker: make fds 1 and 2 the given pipes and ``sys.stdout``/``stderr``
-    line-buffered writers on them (a spawned child's would be block-buffered)."""
-    previous: List[Any] = [sys.stdout, sys.stderr]
+    line-buffered UTF-8 writers on them (a spawned child's would be block-buffered)."""
     os.dup2(stdout_fd, 1)
     os.dup2(stderr_fd, 2)
-    sys.stdout, sys.stderr = _line_writer(1), _line_writer(2)
-    for old, new in zip(previous, (sys.stdout, sys.stderr)):
-        _reroute(old, new)
+    sys.stdout, sys.stderr = _writer_on(sys.stdout, 1), _writer_on(sys.stderr, 2)
 
 
-def _reroute(old: Any, new: TextIO) -> None:
-    # Objects created before the fork may still hold the old stream (a logging
-    # handler made in the kernel holds ipykernel's OutStream, which forwards over
-    # ZeroMQ, not through fd 1 or 2). Point such a stream's writes at the pipe,
-    # in this worker only.
+def _writer_on(old: Any, fd: int) -> TextIO:
+    """The stream on ``fd`` from now on: the inherited one where it writes UTF-8 to ``fd`` already
+    (new ones cost a forked worker page copies), else a new one. The writes of an old one on
+    neither fd 1 nor 2 go to the new one, in this worker only: objects made before the fork may
+    hold it (a logging handler made in the kernel holds ipykernel's OutStream, which forwards
+    over ZeroMQ, not through fd 1 or 2)."""
     try:
-        if old is None or old.fileno() in (1, 2):
-            return
+        on = old.fileno()
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        pass
-    try:
-        old.write, old.flush = new.write, new.flush
-    except (AttributeError, TypeError):
-        pass
+        on = None
+    if type(old) is io.TextIOWrapper and old.encoding == "utf-8" and on == fd:
+        old.reconfigure(line_buffering=True)
+        return old
+    new = _line_writer(fd)
+    if old is not None and on not in (1, 2):
+        with contextlib.suppress(AttributeError, TypeError):
+            old.write, old.flush = new.write, new.flush
+    return new
