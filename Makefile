@@ -142,3 +142,4 @@ bench: venv
 	done
 	PYTHONPATH=. $(PY) benchmarks/fork_safety.py > build/bench/fork_safety.md && cat build/bench/fork_safety.md
 	PYTHONPATH=. $(PY) benchmarks/fork_shapes.py > build/bench/fork_shapes.md && cat build/bench/fork_shapes.md
+	PYTHONPATH=. $(PY) benchmarks/worker_pages.py > build/bench/worker_pages.md && cat build/bench/worker_pages.md

@@ -279,6 +279,17 @@ def test_max_tasks_per_child_without_a_context_picks_spawn():
 
 
 @needs_max_tasks_per_child
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_a_worker_that_left_at_max_tasks_per_child_is_replaced_while_calls_wait(method):
+    # A backlog: the standard executor of 3.11 and 3.12 runs two calls, then none, for ever (CPython gh-115634).
+    with executor(method, 1, max_tasks_per_child=2) as ex:
+        futures = [ex.submit(os.getpid) for _ in range(6)]
+        pids = [f.result(TIMEOUT) for f in futures]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] == pids[5]
+
+
+@needs_max_tasks_per_child
 def test_max_tasks_per_child_under_fork_is_refused_as_the_standard_refuses_it():
     with pytest.raises(ValueError, match="incompatible with the 'fork'"):
         nbmp.ProcessPoolExecutor(1, mp_context=nbmp.get_context("fork"), max_tasks_per_child=2)

@@ -61,6 +61,19 @@ class _ManagerThread(process._ExecutorManagerThread):
         super().__init__(executor)
         reader = self.result_queue._reader  # type: ignore[attr-defined]  # stdlib private: the pipe it waits on
         reader.recv = _results_reader(reader.fileno(), self.processes)
+        self.wanted, self.seen = executor._max_workers, len(self.processes)
+
+    def add_call_item_to_queue(self) -> None:
+        # The stdlib replaces a worker that left at max_tasks_per_child unless its idle-worker semaphore
+        # holds a token, which may be one a worker left before it went: then nothing runs the queued
+        # calls, for ever (CPython gh-115634, fixed in 3.13.x and 3.14). Replaced here, as the fix does.
+        # The lock only then, as the stdlib's replacement takes it: a submit may hold it meanwhile (gh-105829).
+        if len(self.processes) < min(self.seen, self.wanted) and self.pending_work_items:
+            with self.shutdown_lock:
+                if len(self.processes) < self.wanted and (executor := self.executor_reference()):
+                    executor._spawn_process()
+        self.seen = len(self.processes)
+        super().add_call_item_to_queue()
 
     def shutdown_workers(self) -> None:
         super().shutdown_workers()
@@ -206,6 +219,6 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
         if self._executor_manager_thread is None:
             if not getattr(self, "_safe_to_dynamically_spawn_children", True):  # 3.11+: under fork
                 self._launch_processes()  # type: ignore[attr-defined]  # stdlib private
-            self._executor_manager_thread = _ManagerThread(self)
-            self._executor_manager_thread.start()
-            process._threads_wakeups[self._executor_manager_thread] = self._executor_manager_thread_wakeup
+            thread = self._executor_manager_thread = _ManagerThread(self)
+            thread.start()
+            process._threads_wakeups[thread] = self._executor_manager_thread_wakeup

@@ -188,9 +188,7 @@ class Watch:
         """The Pool, unless it is gone or being terminated (by its finalizer too, at the interpreter's
         exit, while its state still says it runs)."""
         pool = self._pool()
-        if pool is None or pool._state == TERMINATE or pool._worker_handler._state == TERMINATE:
-            return None
-        return pool
+        return None if pool is None or TERMINATE in (pool._state, pool._worker_handler._state) else pool
 
     # -- the watcher thread --------------------------------------------------------
 

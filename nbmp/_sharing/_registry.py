@@ -132,9 +132,7 @@ def find(address: int) -> Optional[Mapped]:
     with _lock:
         i = bisect.bisect_right(_starts, address) - 1
         mapped = _at_start.get(_starts[i]) if i >= 0 else None
-    if mapped is None or address >= mapped.start + mapped.size or mapped.mm() is None:
-        return None
-    return mapped
+    return None if mapped is None or address >= mapped.start + mapped.size or mapped.mm() is None else mapped
 
 
 def live() -> List[Mapped]:

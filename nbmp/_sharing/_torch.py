@@ -227,9 +227,7 @@ def _reduce_storage(storage: Any) -> Any:
 def _rebuild_storage(handle: Tuple[Any, ...], offset: int, nbytes: int, dtype: Optional["torch.dtype"]) -> Any:
     import torch
     untyped = _storage_at(handle, offset, nbytes)
-    if dtype is None:
-        return untyped
-    return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+    return untyped if dtype is None else torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
 
 
 def install() -> None:

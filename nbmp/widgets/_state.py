@@ -68,9 +68,8 @@ class WorkerState:
         return self.state in LIVE_STATES
 
     def elapsed(self, now: float) -> Optional[float]:
-        if self.start_time is None:
-            return None
-        return (self.end_time if self.end_time is not None else now) - self.start_time
+        start, end = self.start_time, self.end_time
+        return None if start is None else (now if end is None else end) - start
 
 
 @dataclass

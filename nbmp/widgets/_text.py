@@ -43,15 +43,11 @@ def fmt_cpu(percent: Optional[float]) -> str:
 
 def fmt_exit(code: Optional[int]) -> str:
     """An exit code as ``Popen.returncode`` gives it: negative numbers are signals."""
-    if code is None:
-        return "-"
-    return signal_name(-code) if code < 0 else str(code)
+    return "-" if code is None else signal_name(-code) if code < 0 else str(code)
 
 
 def fmt_tasks(worker: WorkerState) -> str:
-    if worker.total:
-        return f"{worker.done}/{worker.total}"
-    return str(worker.done) if worker.done else "-"
+    return f"{worker.done}/{worker.total}" if worker.total else str(worker.done) if worker.done else "-"
 
 
 # -- pieces shared with the widget view ------------------------------------------------

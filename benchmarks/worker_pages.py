@@ -1,0 +1,115 @@
+"""The pages a forked worker writes, nbmp's against its peers', and what each of nbmp's steps in
+the worker costs.
+
+Every page a forked worker writes is a page fault and a copy of its parent's page (and its share
+of the exit): on a small machine that is most of what a worker of a trivial call costs beyond the
+fork itself. Each row is ``--calls`` calls of 4 trivial workers (for the Pools: start, a map of 4,
+end); the rows take turns, ``--rounds`` times, all in this one process, so that the parent's memory
+layout (which moves the counts by tens of pages from one process to the next) is the same for
+every row. Printed per row: page faults per worker (of the reaped workers, ``RUSAGE_CHILDREN``),
+median and range over the rounds, and the parent's page faults per call. The "without" rows
+leave one of nbmp's steps in the worker out, to price it; they are no setting of nbmp's.
+
+Run: ``PYTHONPATH=. python benchmarks/worker_pages.py [--rounds N] [--calls N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing
+import resource
+import statistics
+from typing import Callable, Dict, Iterator, List, Tuple
+
+import numpy  # noqa: F401  (the realistic parent: numpy and torch imported)
+
+try:
+    import torch.multiprocessing as torch_mp
+except ImportError:  # the torch rows are skipped
+    torch_mp = None
+
+import nbmp
+from nbmp._forking import registry
+
+from bench_spawn import children, settle, trivial
+
+NPROCS = 4
+
+
+@contextlib.contextmanager
+def without(*names: str) -> Iterator[None]:
+    """nbmp's built-in fork handlers of these class names (all of them: ``"*"``) do nothing in the worker."""
+    handlers = [h for h in registry._builtins if "*" in names or type(h).__name__ in names]
+    for handler in handlers:
+        handler.in_child = lambda worker: None  # an instance attribute shadows the method
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            del handler.in_child
+
+
+def spawn(**options: object) -> None:
+    assert nbmp.spawn(trivial, nprocs=NPROCS, **options) == list(range(NPROCS))
+
+
+def std_pool() -> None:
+    with multiprocessing.get_context("fork").Pool(NPROCS) as p:
+        assert p.map(trivial, range(NPROCS), chunksize=1) == list(range(NPROCS))
+
+
+def nbmp_pool() -> None:
+    with nbmp.Pool(NPROCS) as p:
+        assert p.map(trivial, range(NPROCS), chunksize=1) == list(range(NPROCS))
+
+
+ROWS: List[Tuple[str, Callable[[], None], Callable[[], "contextlib.AbstractContextManager[None]"]]] = [
+    ("nbmp.spawn (fork, output relayed)", spawn, contextlib.nullcontext),
+    ("  without any fork-safety reset", spawn, lambda: without("*")),
+    ("  without the thread variables", spawn, lambda: without("ThreadEnvironment")),
+    ("  without torch's threads and seed", spawn, lambda: without("Torch")),
+    ("  without the output relay (output='inherit')", lambda: spawn(output="inherit"), contextlib.nullcontext),
+    ("multiprocessing Pool, fork", std_pool, contextlib.nullcontext),
+    ("nbmp.Pool (fork)", nbmp_pool, contextlib.nullcontext),
+]
+if torch_mp is not None:
+    ROWS.insert(1, ("torch start_processes, fork",
+                    lambda: torch_mp.start_processes(trivial, nprocs=NPROCS, start_method="fork"), contextlib.nullcontext))
+
+
+def faults(who: int) -> int:
+    return resource.getrusage(who).ru_minflt
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=30)
+    opts = parser.parse_args()
+    for _, fn, setting in ROWS:
+        with setting():
+            fn()  # warm-up
+    helpers = children()
+    per_worker: Dict[str, List[float]] = {name: [] for name, _, _ in ROWS}
+    parent: Dict[str, List[float]] = {name: [] for name, _, _ in ROWS}
+    for _ in range(opts.rounds):
+        for name, fn, setting in ROWS:
+            with setting():
+                settle(helpers)
+                mine, theirs = faults(resource.RUSAGE_SELF), faults(resource.RUSAGE_CHILDREN)
+                for _ in range(opts.calls):
+                    fn()
+                settle(helpers)
+                per_worker[name].append((faults(resource.RUSAGE_CHILDREN) - theirs) / opts.calls / NPROCS)
+                parent[name].append((faults(resource.RUSAGE_SELF) - mine) / opts.calls)
+    print(f"{NPROCS} trivial workers, {opts.calls} calls a round, {opts.rounds} rounds\n")
+    print("| how | page faults per worker: median [range] | parent's page faults per call |")
+    print("|---|---:|---:|")
+    for name, _, _ in ROWS:
+        w = per_worker[name]
+        print(f"| {name} | {statistics.median(w):.0f} [{min(w):.0f}–{max(w):.0f}] | {statistics.median(parent[name]):.0f} |")
+
+
+if __name__ == "__main__":
+    main()
