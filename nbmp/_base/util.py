@@ -5,6 +5,7 @@ Like ``multiprocessing.util``: nothing here knows about workers, runs or pools.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import secrets
@@ -180,8 +181,9 @@ def falls_back_to(namespace: Dict[str, Any], standard_name: str) -> Callable[[st
     mirror_name = namespace["__name__"]
 
     def __getattr__(name: str) -> Any:
-        if not (name.startswith("__") and name.endswith("__")) and hasattr(standard, name):  # a module's own dunders are its own
-            return getattr(standard, name)
+        if not (name.startswith("__") and name.endswith("__")):  # a module's own dunders are its own
+            with contextlib.suppress(AttributeError):  # one lookup: a lazy attribute is made once
+                return getattr(standard, name)
         raise AttributeError(f"module {mirror_name!r} has no attribute {name!r} (nor has {standard_name!r})")
     return __getattr__
 

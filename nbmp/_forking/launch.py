@@ -8,7 +8,7 @@ bootstrap reads it (``registry.start_child``); it travels with the process objec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Optional
 
 
 __all__ = ["Launch"]
@@ -38,4 +38,3 @@ class Launch:
     seed: Optional[int] = None
     budget: int = 0
     tree: str = field(default="", repr=False)  # the parent's tree key (util.tree): a secret
-    forked: Any = field(default=None, repr=False)  # the handlers.Worker record of the child if forked

@@ -100,8 +100,7 @@ def stamp(launch: Launch) -> Launch:
     seed, budget = _derive_seed(base_seed, index), _budget(threads, launch.nprocs)
     return Launch(index=index, nprocs=launch.nprocs, worker=launch.worker, parent=os.getpid(),
                   main_thread=threading.current_thread() is threading.main_thread(), base_seed=base_seed,
-                  threads=threads, seed=seed, budget=budget, tree=_util.tree(),  # forked: made here, a forked child allocates no record
-                  forked=Worker(index, launch.nprocs, seed, budget, explicit_threads=threads is not None, forked=True))
+                  threads=threads, seed=seed, budget=budget, tree=_util.tree())
 
 
 def _cores() -> int:
@@ -384,7 +383,7 @@ def child_started(launch: Launch, forked: bool = False) -> Worker:
         applying, hooks = _plan, _hooks
     else:
         applying, hooks = _split()
-    worker = launch.forked if forked and launch.forked is not None else _worker_of(launch, forked)
+    worker = _worker_of(launch, forked)
     _become(worker, launch)
     for handler in applying:
         _run(handler, "in_child", worker)
