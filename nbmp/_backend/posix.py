@@ -127,9 +127,10 @@ def alive(pid: int) -> bool:
 def signal_descendants(pid: int, signum: int) -> None:
     """Send ``signum`` to the descendants of ``pid`` in its process group (from /proc), before ``pid``
     itself is stopped: once it is gone, its orphans can no longer be told apart."""
-    group, todo = _group(pid), [pid]
+    group, todo = None, [pid]
     while todo:
         for child in _children(todo.pop()):
+            group = group or _group(pid)  # read once there is a child: most workers have none
             if group is not None and _group(child) == group:
                 todo.append(child)
                 with contextlib.suppress(OSError):  # gone since
@@ -168,13 +169,11 @@ def _stat(pid: int) -> List[bytes]:
 
 
 def _parent(pid: int) -> Optional[int]:
-    fields = _stat(pid)
-    return int(fields[1]) if fields else None
+    return int(fields[1]) if (fields := _stat(pid)) else None
 
 
 def _group(pid: int) -> Optional[int]:
-    fields = _stat(pid)
-    return int(fields[2]) if fields else None
+    return int(fields[2]) if (fields := _stat(pid)) else None
 
 
 def _exists(pid: int) -> bool:
