@@ -8,7 +8,9 @@ import multiprocessing
 import multiprocessing.util
 import os
 import stat
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 
@@ -162,6 +164,59 @@ def test_what_patches_the_standard_bootstrap_runs_in_every_worker():
         print(sorted(seen.get().split("-")[0] for _ in range(6)))
     """)  # (spawned children run the standard bootstrap of a fresh interpreter, which a tool patches there)
     assert "['ForkPoolWorker', 'ForkPoolWorker', 'ForkProcess', 'ForkProcess', 'ForkProcess', 'ForkProcess']" in out, out
+
+
+def test_coverage_sees_the_workers_of_a_pool_its_with_block_terminated(tmp_path):
+    # coverage (concurrency = multiprocessing, sigterm = true) saves a worker's data from the SIGTERM
+    # handler it installs as the worker starts; a worker that reset SIGTERM to its default there
+    # ended at the `with` block's terminate without saving: coverage missed every task it ran.
+    coverage = pytest.importorskip("coverage")
+    (tmp_path / "cov.ini").write_text("[run]\nconcurrency = multiprocessing\nparallel = true\nsigterm = true\n")
+    (tmp_path / "started").mkdir()
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        import nbmp
+
+        def task(directory):
+            open(os.path.join(directory, str(os.getpid())), "w").close()  # runs in the workers only
+            time.sleep(60)
+
+        if __name__ == "__main__":
+            # The parent's own coverage handler, inherited by a forked worker, would run there after
+            # the worker's and save the parent's data from it: coverage's quirk, not the subject here.
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            with nbmp.get_context(sys.argv[1]).Pool(2) as pool:
+                pool.map_async(task, ["started"] * 2, chunksize=1)  # both workers busy: none ends on its own
+                while len(os.listdir("started")) < 2:
+                    time.sleep(0.01)
+                print(*os.listdir("started"))
+    """))
+
+    for method in nbmp.get_all_start_methods():
+        for old in [*tmp_path.glob(".coverage*"), *(tmp_path / "started").iterdir()]:
+            old.unlink()
+        ran = subprocess.run([sys.executable, "-m", "coverage", "run", "--rcfile=cov.ini", "prog.py", method], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=TIMEOUT)
+        assert ran.returncode == 0, ran.stderr
+        for pid in ran.stdout.split():
+            saved = list(tmp_path.glob(f".coverage.*pid{pid}.*"))
+            assert len(saved) == 1, f"{method}: coverage saved {len(saved)} data files from worker {pid}"
+            data = coverage.CoverageData(basename=str(saved[0]))
+            data.read()
+            assert 6 in data.lines(str(tmp_path / "prog.py")), f"{method}: coverage has nothing from worker {pid}"
+
+
+def test_a_sigterm_handler_the_parent_had_does_not_keep_a_pools_forked_worker_alive():
+    # A forked worker inherits its parent's handlers; one that does not exit (a service's, a kernel's)
+    # would make the terminate at the end of `with Pool()` wait for ever, as it does for the standard Pool.
+    out = run_main("""
+        import signal
+        import nbmp
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        with nbmp.get_context("fork").Pool(2) as pool:
+            print(pool.map(abs, [-1, -2]))
+    """)
+    assert out.strip() == "[1, 2]"
 
 
 def test_a_pools_end_runs_its_workers_finalizers_and_their_sigterm_handlers(tmp_path):

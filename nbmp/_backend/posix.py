@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Tuple, cast
 _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
-    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "default_termination", "widen_pipe",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "termination_handler", "default_termination", "widen_pipe",
     "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "wait_slice", "room", "ready", "read_nowait",
 ]
 
@@ -204,10 +204,17 @@ def wait_slice(wait: Any, timeout: float) -> Any:
         raise
 
 
-def default_termination() -> None:
-    """SIGTERM back to its default: a handler inherited from the parent (a kernel's) must not keep a
-    worker alive through ``terminate()``."""
-    _signal.signal(_SIGTERM, _signal.SIG_DFL)
+def termination_handler() -> Any:
+    """This process's SIGTERM handler: a Python callable, ``SIG_DFL`` or ``SIG_IGN`` (as ints), or None (set in C)."""
+    return _signal.getsignal(_SIGTERM)
+
+
+def default_termination(*inherited: Any) -> None:
+    """SIGTERM back to its default if its handler is still the one ``inherited`` (the parent's, at the fork;
+    none given: nothing was): a handler inherited from the parent (a kernel's) must not keep a worker
+    alive through ``terminate()``, while one installed in the worker (coverage's, as it starts) stays."""
+    if inherited and _signal.getsignal(_SIGTERM) is inherited[0]:
+        _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
 PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask
@@ -312,11 +319,9 @@ class WakeUp:
 
     def clear(self) -> None:
         """Empty the pipe (from the thread that waits on it)."""
-        try:
+        with contextlib.suppress(OSError):  # empty (BlockingIOError), or closed by then
             while os.read(self._r, 512):
                 pass
-        except OSError:  # empty (BlockingIOError), or closed by then
-            pass
 
     def close(self) -> None:
         with self._lock:

@@ -76,11 +76,9 @@ def display_kind(stream: Any) -> Optional[str]:
     lines above it with ANSI cursor moves), ``"notebook"`` (a Jupyter kernel's stream: a
     carriage return redraws the last line, nothing more), or None (a file, a pipe, a log).
     """
-    try:
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # no isatty, or closed
         if stream.isatty():
             return "terminal"
-    except (AttributeError, OSError, ValueError):  # no isatty, or closed
-        pass
     return "notebook" if type(stream).__module__.startswith("ipykernel") else None
 
 

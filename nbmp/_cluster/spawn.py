@@ -10,6 +10,7 @@ and stops the other ranks at the first failure, also when nobody is in ``join``.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import time
@@ -314,10 +315,8 @@ def _error_for(outcome: RankOutcome) -> ProcessException:
                                       f"(it died or was removed from the cluster)", rank, pid, -9, "SIGKILL")
     error = ProcessRaisedException(raised_message(rank, _cells.label_cells(outcome.traceback)), rank, pid)
     if outcome.pickled is not None:
-        try:
+        with contextlib.suppress(Exception):  # the message has the whole story anyway
             error.__cause__ = _pickling.loads(outcome.pickled)
-        except Exception:  # the message has the whole story anyway
-            pass
     return error
 
 

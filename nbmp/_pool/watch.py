@@ -113,11 +113,13 @@ class Watch:
         slot = Slot()
         slot.view[PHASE] = INIT  # until the worker says otherwise: a child that dies starting up counts
         kwds["target"] = worker
+        sigterm: Tuple[Any, ...] = ()  # a spawned worker has inherited no handler (see worker)
         if ctx.get_start_method() == "fork":
             if self.inherited is None:
                 self.inherited = MainObjects()
             self.inherited.record(sys._getframe(1))  # just before its fork: the stdlib starts it next
-        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited)
+            sigterm = (_posix.termination_handler(),)
+        kwds["args"] = (*kwds.get("args", ()), slot, self.inherited, sigterm)
         proc = ctx.Process(*args, **kwds)
         with self.lock:
             used = {w.index for w in self.workers if _returncode(w.proc) is None}
@@ -403,12 +405,10 @@ class Watch:
             sentinels = [] if pool is None or self.stream_cut else [p.sentinel for p in list(pool._pool) if p.pid is not None]
             ended = wait(sentinels, timeout=0)
             return [s for s in sentinels if s not in ended]
-        try:
+        with contextlib.suppress(OSError, EOFError, ValueError):  # the Pool let its queues go meanwhile
             while live := writers():
                 if reader in wait([reader, *live], timeout=0.05):  # the last exit wakes it: join waits for it
                     get()  # nobody waits for it: loaded and dropped
-        except (OSError, EOFError, ValueError):  # the Pool let its queues go meanwhile
-            pass
 
     def _drain_cut_stream(self) -> None:
         """The result stream is cut, but live workers still write, holding its lock (which terminate

@@ -16,7 +16,7 @@ import time
 from multiprocessing import reduction
 from multiprocessing import current_process
 from multiprocessing.pool import MaybeEncodingError, _helper_reraises_exception  # type: ignore[attr-defined]  # typeshed omits these runtime names
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 from .._backend import finalizers as _finalizers, interrupts as _interrupts, pickling as _pickling, posix as _posix
 from .._forking.handlers.thread_pools import cap_started_pools
@@ -131,12 +131,13 @@ def load_function(data: bytes) -> Any:
 
 def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]] = None,
            initargs: Sequence[Any] = (), maxtasks: Optional[int] = None, wrap_exception: bool = False,
-           slot: Any = None, inherited: Any = None) -> None:
+           slot: Any = None, inherited: Any = None, sigterm: Tuple[Any, ...] = ()) -> None:
     """Run tasks from ``inqueue`` until a ``None`` sentinel, EOF or ``maxtasks``; results name the
-    ``__main__`` objects ``inherited`` by reference, so the parent gets its own classes."""
+    ``__main__`` objects ``inherited`` by reference, so the parent gets its own classes; a forked
+    worker gets ``(the parent's SIGTERM handler,)`` as ``sigterm``."""
     # For a standard context's process (an nbmp one already ignores SIGINT); _signal: see interrupts.
     _interrupts.for_worker()
-    _posix.default_termination()
+    _posix.default_termination(*sigterm)
     slot = slot.view  # the stores below are the per-task cost of crash tracking
     inqueue._writer.close()
     outqueue._reader.close()

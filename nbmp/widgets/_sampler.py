@@ -88,11 +88,9 @@ class Ticker:
         started = time.thread_time()
         try:
             while not stopping.wait(self.interval):
-                try:
+                with contextlib.suppress(Exception):  # a display problem must never end the sampling or the run
                     with self._safe_point:  # nbmp forks only between ticks
                         self._tick()
-                except Exception:  # a display problem must never end the sampling or the run
-                    pass
         finally:
             self.cpu_seconds += time.thread_time() - started
 
