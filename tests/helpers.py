@@ -71,3 +71,39 @@ def forking_beside_the_watchdog() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"This process \(pid=\d+\) is multi-threaded", DeprecationWarning)
         yield
+
+
+# System call numbers of the calls a sandbox's policy names (x86_64, aarch64).
+_SYSCALLS = {
+    "x86_64": {"memfd_create": 319, "sched_setscheduler": 144, "sched_setattr": 314, "sched_setaffinity": 203,
+               "setpriority": 141, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "ioprio_set": 251},
+    "aarch64": {"memfd_create": 279, "sched_setscheduler": 119, "sched_setattr": 274, "sched_setaffinity": 122,
+                "setpriority": 140, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "ioprio_set": 30},
+}
+
+
+def sandboxed(source: str, refused: "list[str]", kill: bool) -> str:
+    """``source`` preceded by a seccomp filter, installed through ctypes as a sandbox (a hardened
+    systemd unit's ``SystemCallFilter``) would: the ``refused`` calls fail with EPERM, or, with
+    ``kill``, end the process that makes them (SIGSYS). The filter holds in every child too."""
+    import platform
+    numbers = [_SYSCALLS[platform.machine()][name] for name in refused]
+    prelude = f"""
+        import ctypes
+        def _sandbox():
+            class Filter(ctypes.Structure):
+                _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+            class Program(ctypes.Structure):
+                _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
+            action = {0x80000000 if kill else 0x00050000 | 1}  # SECCOMP_RET_KILL_PROCESS, or SECCOMP_RET_ERRNO | EPERM
+            steps = [Filter(0x20, 0, 0, 0)]  # load the system call's number
+            for number in {numbers!r}:
+                steps += [Filter(0x15, 0, 1, number), Filter(0x06, 0, 0, action)]  # equal: refuse
+            steps.append(Filter(0x06, 0, 0, 0x7FFF0000))  # SECCOMP_RET_ALLOW
+            program = Program(len(steps), (Filter * len(steps))(*steps))
+            libc = ctypes.CDLL(None, use_errno=True)
+            assert libc.prctl(38, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS"
+            assert libc.prctl(22, 2, ctypes.byref(program), 0, 0) == 0, "PR_SET_SECCOMP"
+        _sandbox()
+    """
+    return textwrap.dedent(prelude) + textwrap.dedent(source)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.util
 import os
+import platform
 import stat
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 import nbmp
 from nbmp._backend import popen_fork
 from conftest import TIMEOUT
-from helpers import run_main, wait_until
+from helpers import run_main, sandboxed, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -217,6 +218,45 @@ def test_a_sigterm_handler_the_parent_had_does_not_keep_a_pools_forked_worker_al
             print(pool.map(abs, [-1, -2]))
     """)
     assert out.strip() == "[1, 2]"
+
+
+SECCOMP = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
+                             reason="a seccomp filter for Linux on x86_64 or aarch64")
+
+
+@SECCOMP
+def test_a_sandbox_that_kills_on_scheduling_and_realtime_signal_calls_runs_every_kind_of_worker():
+    # A hardened service's policy (systemd's @resources) kills a process that changes scheduling or
+    # priorities or sends real-time signals: the standard module makes none of these calls.
+    out = run_main(sandboxed("""
+        import nbmp
+        for method in nbmp.get_all_start_methods():
+            ctx = nbmp.get_context(method)
+            with ctx.Pool(2) as pool:
+                assert pool.map(abs, [-1, -2]) == [1, 2]
+            with nbmp.ProcessPoolExecutor(2, mp_context=ctx) as executor:
+                assert list(executor.map(abs, [-3])) == [3]
+            assert nbmp.spawn(lambda i: i, nprocs=2, start_method=method) == [0, 1]
+        print("ok")
+    """, ["sched_setscheduler", "sched_setattr", "sched_setaffinity", "setpriority", "rt_sigqueueinfo",
+          "rt_tgsigqueueinfo", "ioprio_set"], kill=True))
+    assert out.strip() == "ok"
+
+
+@SECCOMP
+def test_a_sandbox_that_refuses_memfd_create_leaves_pools_and_shared_arrays_working():
+    # memfd_create refused (EPERM), as a sandbox may: a Pool's slots and shared arrays use files in a
+    # directory instead, as where there is no memfd_create at all.
+    out = run_main(sandboxed("""
+        import nbmp
+        for method in ("fork", "spawn"):
+            with nbmp.get_context(method).Pool(2) as pool:
+                assert pool.map(abs, [-1, -2]) == [1, 2]
+            assert nbmp.spawn(lambda i, a: float(a.sum()), args=(nbmp.zeros(1 << 18) + 1,), nprocs=2,
+                              start_method=method) == [float(1 << 18)] * 2
+        print(nbmp.get_sharing_strategy())
+    """, ["memfd_create"], kill=False))
+    assert out.strip() == "file_system"
 
 
 def test_a_pools_end_runs_its_workers_finalizers_and_their_sigterm_handlers(tmp_path):

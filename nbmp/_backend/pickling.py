@@ -173,10 +173,8 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
                 reduced = inherited.function_by_code(obj)  # a lambda whose code the receivers have
                 if reduced is not None:
                     return reduced
-            hidden = _hidden_standard_name(obj)
-            if hidden is not None:
-                return hidden
-            return super().reducer_override(obj)  # cloudpickle decides, and sends it by value
+            # else cloudpickle decides, and sends it by value
+            return _hidden_standard_name(obj) or super().reducer_override(obj)
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
             or _copyreg_reducers.get(cls)
         return NotImplemented if reducer is None else reducer(obj)

@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Tuple, cast
 _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
-    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "termination_handler", "default_termination", "widen_pipe",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "termination_handler", "default_termination", "widen_pipe",
     "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "wait_slice", "room", "ready", "read_nowait",
 ]
 
@@ -202,6 +202,18 @@ def wait_slice(wait: Any, timeout: float) -> Any:
         if isinstance(exc.__context__, KeyboardInterrupt):
             raise exc.__context__ from None
         raise
+
+
+def _memfd_works() -> bool:
+    """Whether anonymous files can be made here (``memfd_create``: Linux's; a sandbox may refuse it, EPERM)."""
+    try:
+        os.close(os.memfd_create("nbmp-probe", os.MFD_CLOEXEC))
+    except (AttributeError, OSError):
+        return False
+    return sys.platform.startswith("linux")
+
+
+HAVE_MEMFD = _memfd_works()  # else: files in a directory (a Pool's slots, shared memory's "file_system")
 
 
 def termination_handler() -> Any:

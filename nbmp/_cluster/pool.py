@@ -182,8 +182,7 @@ class _Run:
         finally:
             if sink is not None:
                 sink.handle(RunFinished(run_id, ok))
-        values = [x for future in self.futures for x in future.result()]
-        return values
+        return [x for future in self.futures for x in future.result()]
 
     def ordered(self) -> Iterator[Any]:
         ready: set[int] = set()

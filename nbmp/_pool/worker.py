@@ -63,7 +63,7 @@ SLICE = 1.0  # seconds an idle worker waits in one go (see _receiver)
 
 
 def _anonymous_file() -> int:
-    if hasattr(os, "memfd_create"):
+    if _posix.HAVE_MEMFD:
         return os.memfd_create("nbmp-pool-slot", os.MFD_CLOEXEC)
     fd, path = tempfile.mkstemp(prefix="nbmp-pool-slot-")
     os.unlink(path)

@@ -13,6 +13,7 @@ import os
 import threading
 from typing import Dict, List, Optional, Tuple
 
+from .._backend.posix import HAVE_MEMFD
 from . import _client
 
 __all__ = ["keep", "reuse", "give_back", "SLOT", "SLOTS"]
@@ -69,7 +70,6 @@ class _Board:
         return taken
 
 
-HAVE_MEMFD = hasattr(os, "memfd_create")
 # Reentrant: a finalizer (give_back) may run while this thread is inside keep().
 _lock = threading.RLock()
 _boards: Dict[str, _Board] = {}

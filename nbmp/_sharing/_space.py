@@ -9,6 +9,7 @@ error at the allocation, which names the size, the room left and the fix.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from .._base.exceptions import NbmpError
 from .._base.util import format_bytes as _size, space
@@ -30,13 +31,10 @@ class SharedMemoryFullError(MemoryError, NbmpError):  # MemoryError first: its _
 
 
 def _mem_available() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
     return 1 << 62
 
 

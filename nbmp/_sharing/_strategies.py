@@ -9,16 +9,15 @@ its sender's strategy made it.
 from __future__ import annotations
 
 import os
-import sys
 from typing import List, Optional, Tuple
 
+from .._backend.posix import HAVE_MEMFD
 from .._base.checks import check_int
 
 __all__ = ["get_all_sharing_strategies", "get_sharing_strategy", "set_sharing_strategy",
            "get_sharing_threshold", "set_sharing_threshold", "get_sharing_pool", "set_sharing_pool", "directory"]
 
 STRATEGIES = ("file_descriptor", "file_system")
-HAVE_MEMFD = hasattr(os, "memfd_create") and sys.platform.startswith("linux")
 
 # Arrays and tensors of at least this many bytes are moved into shared memory when
 # sent; smaller ones are pickled (a segment costs a few syscalls and a mapping).

@@ -315,11 +315,7 @@ class Supervisor:
 
     def _stop_reason(self) -> str:
         """Why nbmp is stopping this run's workers (a key of ``nbmp._base.ends.STOP_REASONS``)."""
-        if self.interrupted:
-            return "interrupt"
-        if self.stopped:
-            return "stop"
-        return "failure" if self.failure is not None else "close"
+        return "interrupt" if self.interrupted else "stop" if self.stopped else "failure" if self.failure is not None else "close"
 
     def _terminate_live(self) -> None:
         for worker in self.workers:

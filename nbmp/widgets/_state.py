@@ -6,6 +6,7 @@ sleeps), no locks (the ``Dashboard`` serialises ``apply`` and the sampler's writ
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -158,15 +159,11 @@ def read_shm(path: str = "/dev/shm") -> ShmState:
     """Read nbmp's shared-memory ledger (``nbmp.shm_usage()``) and the size and free space
     of ``/dev/shm``; what cannot be read stays None."""
     segments = used = size = free = None
-    try:
+    with contextlib.suppress(OSError, ValueError):  # the janitor is gone or answered garbage: show what else is known
         usage = shm_usage()
         segments, used = int(usage.segments), int(usage.bytes)
-    except (OSError, ValueError):  # the janitor is gone or answered garbage: show what else is known
-        pass
-    try:
+    with contextlib.suppress(OSError, AttributeError):  # no /dev/shm (macOS) or no statvfs (Windows)
         size, free = space(path)
-    except (OSError, AttributeError):  # no /dev/shm (macOS) or no statvfs (Windows)
-        pass
     return ShmState(segments, used, size, free)
 
 
