@@ -220,6 +220,41 @@ def test_a_sigterm_handler_the_parent_had_does_not_keep_a_pools_forked_worker_al
     assert out.strip() == "[1, 2]"
 
 
+@pytest.mark.parametrize("reaping", ["SIGCHLD ignored", "a reaper of its own"])
+def test_a_program_that_reaps_its_children_itself_runs_every_kind_of_worker(reaping):
+    # A daemon ignores SIGCHLD (the kernel reaps its children) or waits for them from a handler: their
+    # exit statuses never come. An executor's shutdown and spawn waited for them for ever, each
+    # Pool's join a second per worker; a worker that died without a value gave None.
+    out = run_main(f"""
+        import os, signal
+        import nbmp
+
+        def reap(signum, frame):
+            try:
+                while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                    pass
+            except ChildProcessError:
+                pass
+
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN if {reaping == "SIGCHLD ignored"} else reap)
+        ctx = nbmp.get_context("fork")
+        with ctx.Pool(2) as pool:
+            assert pool.map(abs, [-1, -2]) == [1, 2]
+        with nbmp.ProcessPoolExecutor(2, mp_context=ctx) as executor:
+            assert list(executor.map(abs, [-3])) == [3]
+        assert nbmp.spawn(lambda i: i, nprocs=2, start_method="fork") == [0, 1]
+        process = ctx.Process(target=abs, args=(1,))
+        process.start()
+        process.join()
+        print(process.exitcode, process.is_alive())
+        try:
+            print(nbmp.spawn(lambda i: os._exit(3), nprocs=1, start_method="fork"))
+        except nbmp.ProcessExitedException:
+            print("failed")
+    """)
+    assert out.split() == ["0", "False", "failed"]
+
+
 SECCOMP = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
                              reason="a seccomp filter for Linux on x86_64 or aarch64")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import sys
 import threading
 import time
@@ -19,7 +20,7 @@ from typing import Any, Iterator, Optional
 
 from .. import _forking
 
-__all__ = ["Popen", "PeakMemory", "peak_rss", "fork_round"]
+__all__ = ["Popen", "PeakMemory", "peak_rss", "status_lost", "fork_round"]
 
 
 # 3.12+ warns in the parent after forking a multi-threaded process (os.fork's own check).
@@ -82,19 +83,25 @@ class PeakMemory:
     out-of-memory kill says how big the worker grew). Mixed into nbmp's Popen classes."""
 
     pid: int
+    sentinel: int
     returncode: Optional[int] = None
     peak_rss: Optional[int] = None
+    status_lost = False  # reaped by the program itself: its exit status is unknown
+    _lost_since = 0.0  # when wait4 first found it reaped by someone else
 
     def poll(self, flag: int = os.WNOHANG) -> Optional[int]:
         if self.returncode is None:
             try:
                 pid, status, usage = os.wait4(self.pid, flag)
-            except OSError:  # not our child (yet), or reaped already: as the standard poll
-                # Two threads joining one process (an executor's and its caller's) both wait in
-                # wait4; the one that lost sees its code once the other has set it.
-                deadline = time.monotonic() + 1.0
-                while flag == 0 and self.returncode is None and time.monotonic() < deadline:
+            except OSError:  # not our child (yet), or reaped already
+                # Two threads joining one process (an executor's and its caller's) both wait in wait4; the one
+                # that lost sees its code once the other has set it. Reaped by the program itself (SIGCHLD
+                # ignored, a reaper of its own), its status is lost: once it has ended, 0, as subprocess says.
+                lost = self._lost_since = self._lost_since or time.monotonic()
+                while flag == 0 and self.returncode is None and time.monotonic() < lost + 0.1:
                     time.sleep(0.001)
+                if self.returncode is None and time.monotonic() >= lost + 0.1 and select.select([self.sentinel], [], [], 0)[0]:
+                    self.returncode, self.status_lost = 0, True
                 return self.returncode
             if pid == self.pid:
                 self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # KiB on Linux
@@ -106,6 +113,11 @@ def peak_rss(process: Any) -> Optional[int]:
     """A reaped process's peak resident memory in bytes, where one of nbmp's Popen classes
     reaped it (fork, spawn); None otherwise (not reaped yet, forkserver, a standard process)."""
     return getattr(getattr(process, "_popen", None), "peak_rss", None)
+
+
+def status_lost(process: Any) -> bool:
+    """Whether the program reaped ``process`` itself, taking its exit status (see ``PeakMemory.poll``)."""
+    return bool(getattr(getattr(process, "_popen", None), "status_lost", False))
 
 
 class Popen(PeakMemory, popen_fork.Popen):

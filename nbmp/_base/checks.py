@@ -176,8 +176,7 @@ def shape(value: Any, call: str) -> Tuple[int, ...]:
             raise TypeError(f"nbmp.{call}: shape must be an int or a tuple of ints, not {value!r} "
                             f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}")
         if number < 0:
-            raise ValueError(f"nbmp.{call}: shape must not have negative dimensions, got {value!r}; "
-                             f"e.g. {example}")
+            raise ValueError(f"nbmp.{call}: shape must not have negative dimensions, got {value!r}; e.g. {example}")
         checked.append(number)
     return tuple(checked)
 

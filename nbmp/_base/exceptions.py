@@ -196,7 +196,9 @@ def exited_error(end: WorkerExited) -> ProcessExitedException:
     torch's first line, then the likely cause (``WorkerExited.cause``)."""
     sig = end.signal_name
     first = (f"process {end.index:d} terminated with signal {sig}" if sig else
-             f"process {end.index:d} terminated with exit code {end.exitcode:d}")
+             f"process {end.index:d} terminated with exit code {end.exitcode:d}" if end.exitcode else
+             f"process {end.index:d} ended without sending its value, and its exit status is lost: this program reaps "
+             f"child processes itself (SIGCHLD ignored, or a handler that waits for them)")
     cause = f"\nLikely cause: {end.cause}." if end.cause else ""
     return ProcessExitedException(first + cause, end.index, end.pid, end.exitcode, sig)
 

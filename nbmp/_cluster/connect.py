@@ -23,8 +23,7 @@ def require() -> Any:
     try:
         return importlib.import_module("distributed")
     except ImportError as exc:
-        raise ImportError("cluster= needs Dask distributed, which is not installed: "
-                          "pip install 'nbmp[dask]'") from exc
+        raise ImportError("cluster= needs Dask distributed, which is not installed: pip install 'nbmp[dask]'") from exc
 
 
 def set_cluster(cluster: Any) -> None:

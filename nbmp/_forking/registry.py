@@ -251,11 +251,9 @@ def register_fork_handler(before: Callback = None, after_in_parent: Callback = N
     callbacks = {"before": before, "after_in_parent": after_in_parent, "after_in_child": after_in_child}
     for name, fn in callbacks.items():
         if fn is not None and not callable(fn):
-            raise TypeError(f"register_fork_handler({name}=...) needs a callable taking no arguments, "
-                            f"not {fn!r}")
+            raise TypeError(f"register_fork_handler({name}=...) needs a callable taking no arguments, not {fn!r}")
     if all(fn is None for fn in callbacks.values()):
-        raise TypeError("register_fork_handler() needs at least one of before=, after_in_parent=, "
-                        "after_in_child=")
+        raise TypeError("register_fork_handler() needs at least one of before=, after_in_parent=, after_in_child=")
     handler = _UserHandler(before, after_in_parent, after_in_child)
     _user_handlers.append(handler)
     return ForkHandle(handler)

@@ -231,8 +231,7 @@ class Janitor:
             self.unref(seg)
 
     def pocketed(self, board: mmap.mmap) -> List[str]:
-        return [board[at + 1:at + SLOT].rstrip(b"\0").decode() for at in range(0, len(board), SLOT)
-                if board[at] == 1]
+        return [board[at + 1:at + SLOT].rstrip(b"\0").decode() for at in range(0, len(board), SLOT) if board[at] == 1]
 
     # -- messages ---------------------------------------------------------
     def handle(self, conn: socket.socket, line: str) -> None:
@@ -348,8 +347,7 @@ def _ready_now(conn: socket.socket) -> Tuple[bytes, List[int]]:
     Not ``socket.recv_fds(..., MSG_DONTWAIT)``, which drops its flags (CPython 3.10 to 3.13): a blocking
     read of a connection a claim's drain emptied would stall every other process's request."""
     fds = array.array("i")
-    data, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_LEN(MAX_FDS_PER_RECV * fds.itemsize),
-                                         socket.MSG_DONTWAIT)
+    data, ancillary, _, _ = conn.recvmsg(1 << 16, socket.CMSG_LEN(MAX_FDS_PER_RECV * fds.itemsize), socket.MSG_DONTWAIT)
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])

@@ -56,8 +56,7 @@ def shm_usage() -> ShmUsage:
         tree = tuple(int(x) for x in reply.split())
     where = _strategies.directory()
     total, free = _space.space(where)
-    return ShmUsage(tree[0], tree[1], local[0], local[1], tree[2], _strategies.get_sharing_strategy(),
-                    where, total, free)
+    return ShmUsage(tree[0], tree[1], local[0], local[1], tree[2], _strategies.get_sharing_strategy(), where, total, free)
 
 
 def live_segments() -> Dict[str, int]:

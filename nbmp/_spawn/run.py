@@ -218,8 +218,7 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
     events.handle(started)
     run: List[ProcessContext] = []
     try:
-        _start_attached(run, stop, ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period,
-                        board, bool(join))
+        _start_attached(run, stop, ctx, fn, args, nprocs, daemon, output, run_id, events, grace_period, board, bool(join))
         if not join:
             return run[0]
         while not run[0].join():

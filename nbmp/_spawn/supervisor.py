@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .._backend.popen_fork import peak_rss
+from .._backend.popen_fork import peak_rss, status_lost
 from .._backend.posix import WakeUp
 from .._forking import ForkLock
 from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
@@ -56,8 +56,8 @@ class Worker:
     end: Optional[WorkerExited] = None  # the record of its end, once it has ended
 
     @property
-    def failed(self) -> bool:
-        return bool(self.exitcode) or (self.outcome is not None and self.outcome[0] != "ok")
+    def failed(self) -> bool:  # a worker that sent nothing and whose exit status the program took: unknown, not ok
+        return bool(self.exitcode) or (self.outcome[0] != "ok" if self.outcome is not None else status_lost(self.process))
 
 
 class Supervisor:

@@ -115,8 +115,7 @@ def summary_table(state: DashboardState, now: Optional[float] = None, tracebacks
     exception already carries them.
     """
     now = state.now() if now is None else now
-    blocks = [_run_block(run, now, tracebacks) for run in state.runs.values()
-              if run_ids is None or run.run_id in run_ids]
+    blocks = [_run_block(run, now, tracebacks) for run in state.runs.values() if run_ids is None or run.run_id in run_ids]
     blocks.append(shm_text(state.shm))
     return "\n\n".join(blocks) + "\n"
 
