@@ -255,6 +255,20 @@ def test_a_program_that_reaps_its_children_itself_runs_every_kind_of_worker(reap
     assert out.split() == ["0", "False", "failed"]
 
 
+def test_a_program_that_restores_sigpipes_default_is_not_ended_by_spawn():
+    # Command-line tools restore SIGPIPE's default (so that `| head` ends them quietly): the receipt
+    # spawn sends a worker that had already gone raised SIGPIPE there, which ended the whole program.
+    out = run_main("""
+        import signal
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        import nbmp
+        for _ in range(10):
+            assert nbmp.spawn(lambda i: i, nprocs=4, start_method="fork") == [0, 1, 2, 3]
+        print("ok")
+    """)
+    assert out.strip() == "ok"
+
+
 SECCOMP = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
                              reason="a seccomp filter for Linux on x86_64 or aarch64")
 

@@ -173,8 +173,7 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
                 reduced = inherited.function_by_code(obj)  # a lambda whose code the receivers have
                 if reduced is not None:
                     return reduced
-            # else cloudpickle decides, and sends it by value
-            return _hidden_standard_name(obj) or super().reducer_override(obj)
+            return _hidden_standard_name(obj) or super().reducer_override(obj)  # else cloudpickle sends it by value
         reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
             or _copyreg_reducers.get(cls)
         return NotImplemented if reducer is None else reducer(obj)

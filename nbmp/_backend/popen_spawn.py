@@ -86,8 +86,7 @@ class Popen(PeakMemory, popen_spawn_posix.Popen):
             self.sentinel = parent_r
             _write_payload(parent_w, payload.getbuffer())
         finally:
-            self.finalizer = util.Finalize(self, util.close_fds,
-                                           [fd for fd in (parent_r, parent_w) if fd is not None])
+            self.finalizer = util.Finalize(self, util.close_fds, [fd for fd in (parent_r, parent_w) if fd is not None])
             for fd in (child_r, child_w):
                 if fd is not None:
                     os.close(fd)

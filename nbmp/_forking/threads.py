@@ -15,8 +15,7 @@ from typing import List
 
 __all__ = ["ThreadInfo", "python_threads", "native_threads", "user_threads", "alone"]
 
-_KERNEL = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy",
-           "_pydevd", "pydevd")
+_KERNEL = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "debugpy", "_pydevd", "pydevd")
 _LIBRARY = ("multiprocessing", "tqdm", "_pytest", "pytest_timeout", "concurrent.futures.process")
 
 

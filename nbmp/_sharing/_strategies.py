@@ -92,8 +92,7 @@ def set_sharing_strategy(name: str, directory: Optional[str] = None) -> None:
 def _check_directory(name: str, directory: object) -> None:
     example = "nbmp.set_sharing_strategy('file_system', directory='/dev/shm')"
     if not isinstance(directory, (str, os.PathLike)):
-        raise TypeError(f"directory must be a path (str), not {type(directory).__name__} {directory!r}; "
-                        f"e.g. {example}")
+        raise TypeError(f"directory must be a path (str), not {type(directory).__name__} {directory!r}; e.g. {example}")
     if name != "file_system":
         raise ValueError(f"directory={directory!r} applies to the 'file_system' strategy only, not {name!r}; "
                          f"e.g. {example}")

@@ -24,8 +24,7 @@ def check_grace_period(grace_period: Any) -> float:
         raise TypeError(f"grace_period must be a number of seconds, not {type(grace_period).__name__} "
                         f"{grace_period!r}; e.g. grace_period=3.0")
     if not grace_period >= 0:
-        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}; "
-                         f"e.g. grace_period=3.0")
+        raise ValueError(f"grace_period must be a number of seconds >= 0, got {grace_period!r}; e.g. grace_period=3.0")
     return float(grace_period)
 
 

@@ -15,6 +15,7 @@ import logging
 import os
 import pickle
 import selectors
+import socket
 import threading
 import time
 import traceback
@@ -275,8 +276,9 @@ class Supervisor:
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
         if worker.outcome[0] != "raised":
-            with contextlib.suppress(OSError):  # the receipt: the worker may exit now (see _worker._wait_for_receipt)
-                worker.result_pipe.send_bytes(b"")
+            # The receipt (see _worker._wait_for_receipt); to a worker that did not wait for it, EPIPE, not SIGPIPE.
+            with contextlib.suppress(OSError), socket.fromfd(worker.result_pipe.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as end:
+                end.send(b"\0\0\0\0", getattr(socket, "MSG_NOSIGNAL", 0))  # an empty message
 
     def _finish(self, worker: Worker) -> None:
         """The worker's process ended: take what it left in its pipes, then reap it."""
