@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import sys
 import threading
 import time
 import warnings
 from multiprocessing import popen_fork, util
+from multiprocessing.connection import wait
 from typing import Any, Iterator, Optional
 
 from .. import _forking
@@ -100,7 +100,7 @@ class PeakMemory:
                 lost = self._lost_since = self._lost_since or time.monotonic()
                 while flag == 0 and self.returncode is None and time.monotonic() < lost + 0.1:
                     time.sleep(0.001)
-                if self.returncode is None and time.monotonic() >= lost + 0.1 and select.select([self.sentinel], [], [], 0)[0]:
+                if self.returncode is None and time.monotonic() >= lost + 0.1 and wait([self.sentinel], 0):
                     self.returncode, self.status_lost = 0, True
                 return self.returncode
             if pid == self.pid:
