@@ -114,18 +114,15 @@ def _start_janitor(root: str) -> None:
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, timeout=60)
 
 
-_NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)  # a janitor gone: EPIPE, never a SIGPIPE the program may not ignore
-
-
 def send(root: str, message: str, fds: Sequence[int] = ()) -> None:
     """Send a one-way message (with file descriptors attached) to ``root``'s janitor."""
     data = message.encode()
     with _lock:
         conn = _connection(root)
         if fds:
-            socket.send_fds(conn, [data], list(fds), _NOSIGNAL)
+            socket.send_fds(conn, [data], list(fds), _posix.NOSIGNAL)
         else:
-            conn.sendall(data, _NOSIGNAL)
+            conn.sendall(data, _posix.NOSIGNAL)
 
 
 @_interrupts.step
@@ -137,7 +134,7 @@ def request(root: str, message: str) -> Tuple[str, List[int]]:
         if conn in _owed:  # at most one: no request is sent before the last one's reply is read
             _, stale = _reply(conn, root, message)
             _close_all(stale)
-        conn.sendall(message.encode(), _NOSIGNAL)
+        conn.sendall(message.encode(), _posix.NOSIGNAL)
         _owed.add(conn)
         data, fds = _reply(conn, root, message)
         _owed.discard(conn)

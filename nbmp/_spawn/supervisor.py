@@ -25,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._backend.popen_fork import peak_rss, status_lost
-from .._backend.posix import WakeUp
+from .._backend.posix import NOSIGNAL, WakeUp
 from .._forking import ForkLock
 from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
 from .output import STATUS_INTERVAL, LineSplitter
@@ -278,7 +278,7 @@ class Supervisor:
         if worker.outcome[0] != "raised":
             # The receipt (see _worker._wait_for_receipt); to a worker that did not wait for it, EPIPE, not SIGPIPE.
             with contextlib.suppress(OSError), socket.fromfd(worker.result_pipe.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as end:
-                end.send(b"\0\0\0\0", getattr(socket, "MSG_NOSIGNAL", 0))  # an empty message
+                end.send(b"\0\0\0\0", NOSIGNAL)  # an empty message
 
     def _finish(self, worker: Worker) -> None:
         """The worker's process ended: take what it left in its pipes, then reap it."""
