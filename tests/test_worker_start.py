@@ -269,6 +269,23 @@ def test_a_program_that_restores_sigpipes_default_is_not_ended_by_spawn():
     assert out.strip() == "ok"
 
 
+def test_a_program_started_with_its_standard_streams_closed_gets_every_workers_result(tmp_path):
+    # A daemon starts with fds 0-2 closed, so a run's first pipes are made there; a worker's
+    # redirection of fds 1 and 2 overwrote its own result pipe, and its value came back as None.
+    script = textwrap.dedent("""
+        import sys
+        import nbmp
+        results = [nbmp.spawn(lambda i: (i, print("line", i)), nprocs=3, start_method=method)
+                   for method in nbmp.get_all_start_methods()]
+        with open(sys.argv[1], "w") as out:
+            out.write(repr(results))
+    """)
+    found = tmp_path / "results"
+    subprocess.run(["/bin/sh", "-c", 'exec "$0" -c "$1" "$2" <&- >&- 2>&-', sys.executable, script, str(found)],
+                   check=True, timeout=TIMEOUT)
+    assert found.read_text() == repr([[(0, None), (1, None), (2, None)]] * len(nbmp.get_all_start_methods()))
+
+
 SECCOMP = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
                              reason="a seccomp filter for Linux on x86_64 or aarch64")
 

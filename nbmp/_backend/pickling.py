@@ -174,8 +174,7 @@ class Pickler(cloudpickle.Pickler):  # type: ignore[misc]  # cloudpickle ships n
                 if reduced is not None:
                     return reduced
             return _hidden_standard_name(obj) or super().reducer_override(obj)  # else cloudpickle sends it by value
-        reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) \
-            or _copyreg_reducers.get(cls)
+        reducer = _reducers.get(cls) or _extra_reducers.get(cls) or _cloud_reducers.get(cls) or _copyreg_reducers.get(cls)
         return NotImplemented if reducer is None else reducer(obj)
 
     def _dynamic_function_reduce(self, func: FunctionType) -> Tuple[Any, ...]:

@@ -63,8 +63,7 @@ class NbmpMagics(Magics):
         source = self.shell.transform_cell(cell)
         filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)
         program = CellProgram(source, filename, self.shell.user_ns, method)
-        results: List[Any] = _spawn.spawn(program, args=(nprocs,), nprocs=nprocs, start_method=method,
-                                          cluster=args.cluster)
+        results: List[Any] = _spawn.spawn(program, args=(nprocs,), nprocs=nprocs, start_method=method, cluster=args.cluster)
         if args.out:
             self.shell.user_ns[args.out] = results
         return results

@@ -34,8 +34,7 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
         raise TypeError(f"fn must be callable, got {fn!r} ({type(fn).__name__}); it is called as fn(i, *args), "
                         f"e.g. nbmp.spawn(lambda i: i * i, nprocs=4)")
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise TypeError(f"args must be a tuple of the arguments after i, got {args!r}; "
-                        f"for one argument write args=(x,)")
+        raise TypeError(f"args must be a tuple of the arguments after i, got {args!r}; for one argument write args=(x,)")
     nprocs = _checks.worker_count(nprocs, "nprocs", "nprocs=4")
     _check_signature(fn, len(args))
     check_output_mode(output)

@@ -12,6 +12,7 @@ nothing was killed or called ``sys.exit``; its exit code tells the rest.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from dataclasses import dataclass
@@ -49,6 +50,11 @@ def run(job: Job) -> None:
     for fd in job.inherited:
         os.close(fd)
     if job.stdout is not None and job.stderr is not None:
+        # A parent started with fds 0-2 closed made its first pipes there, which the redirection overwrites.
+        for name in ("result", "stdout", "stderr"):
+            if (end := getattr(job, name)).fileno() < 3:
+                setattr(job, name, Connection(fcntl.fcntl(end.fileno(), fcntl.F_DUPFD_CLOEXEC, 3), end.readable, end.writable))
+                end.close()
         redirect_std_fds(job.stdout.fileno(), job.stderr.fileno())
         job.stdout.close()
         job.stderr.close()

@@ -79,8 +79,7 @@ def resolve_frontend(choice: Choice) -> str:
     if wanted == "auto" and _in_worker():
         return "off"  # a nested run inside a worker: its parent's dashboard is the one to watch
     if wanted == "widget" and not _widgets_importable():
-        raise ImportError("dashboard='widget' needs ipywidgets: pip install 'nbmp[notebook]' "
-                          "(or pass dashboard='text')")
+        raise ImportError("dashboard='widget' needs ipywidgets: pip install 'nbmp[notebook]' (or pass dashboard='text')")
     if _in_kernel() and _widgets_importable() and not _in_worker():
         return "widget"
     if wanted == "auto" and display_kind(sys.stderr) != "terminal":

@@ -87,8 +87,7 @@ def as_images(html: str) -> str:
         tip = _TITLE.search(body)
         title = f" title='{tip.group(1)}' alt='{tip.group(1)}'" if tip else " alt=''"
         data = " ".join(_DATA.findall(attrs))
-        return (f"<img class='{cls}' {data}{title} style='vertical-align:middle' "
-                f"src='data:image/svg+xml;base64,{src}'>")
+        return f"<img class='{cls}' {data}{title} style='vertical-align:middle' src='data:image/svg+xml;base64,{src}'>"
     return _SVG.sub(image, html)
 
 
