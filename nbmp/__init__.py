@@ -28,8 +28,7 @@ from ._backend import ForkReport, PicklingError, default_context as _default_con
 from ._backend import register_factory as _register_factory, register_plugin as _register_plugin
 from ._backend.interrupts import step as _step
 from ._backend.posix import get_thread_name as _get_thread_name, set_thread_name as _set_thread_name  # noqa: F401  (torch.multiprocessing's)
-from ._base import (NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException,
-                    RemoteTaskError)
+from ._base import (NbmpError, ProcessException, ProcessExitedException, ProcessRaisedException, ProcessStoppedException, RemoteTaskError)
 from ._base.checks import get_max_workers, set_max_workers
 from ._base.util import falls_back_to as _falls_back_to, fixup_module_metadata as _fixup_module_metadata
 from ._forking import ForkSafetyWarning, register_fork_handler, seed, set_worker_threads

@@ -286,6 +286,36 @@ def test_a_program_started_with_its_standard_streams_closed_gets_every_workers_r
     assert found.read_text() == repr([[(0, None), (1, None), (2, None)]] * len(nbmp.get_all_start_methods()))
 
 
+def test_a_signal_handler_that_raises_while_workers_start_leaves_no_worker_and_no_thread():
+    # A program's SIGALRM timeout raises at whatever bytecode runs: right after a fork it left that
+    # worker started and unrecorded (never stopped, never reaped), and spawn's supervisor crashed.
+    # Now it is raised once the start is complete, and the run, Pool or executor it cut short is stopped.
+    out = run_main("""
+        import os, signal, threading
+        import nbmp
+
+        class Timeout(BaseException):
+            pass
+
+        def timeout(signum, frame):
+            raise Timeout()
+
+        def executor():
+            with nbmp.ProcessPoolExecutor(3, mp_context=nbmp.get_context("fork")) as ex:
+                ex.submit(abs, -1)
+
+        signal.signal(signal.SIGALRM, timeout)
+        nbmp.register_fork_handler(after_in_parent=lambda: os.kill(os.getpid(), signal.SIGALRM))
+        for start in (lambda: nbmp.spawn(lambda i: i, nprocs=3), lambda: nbmp.Pool(3), executor):
+            try:
+                start()
+            except Timeout:
+                with open(f"/proc/self/task/{os.getpid()}/children") as f:
+                    print(f.read().split(), threading.active_count(), signal.getsignal(signal.SIGALRM) is timeout)
+    """)
+    assert out.splitlines() == ["[] 1 True"] * 3
+
+
 SECCOMP = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
                              reason="a seccomp filter for Linux on x86_64 or aarch64")
 

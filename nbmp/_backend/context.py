@@ -106,8 +106,7 @@ class BaseContext(context.BaseContext):
              initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None, *, cluster: Any = None) -> Any:
         """Return an nbmp Pool: tasks, results and the initializer travel by cloudpickle.
         ``cluster``: a ``distributed.Client`` or scheduler address runs the Pool on Dask (docs/cluster.md)."""
-        return _factories["Pool"](processes, initializer, initargs, maxtasksperchild, context=self.get_context(),
-                                  cluster=cluster)
+        return _factories["Pool"](processes, initializer, initargs, maxtasksperchild, context=self.get_context(), cluster=cluster)
 
     def Manager(self) -> Any:
         """Return a started :class:`nbmp.managers.SyncManager`."""

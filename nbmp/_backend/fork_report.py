@@ -54,15 +54,13 @@ class ForkReport:
     threadpoolctl: bool = True        # False: not installed, so pools already loaded are not capped in workers
 
     def __str__(self) -> str:
-        lines = ["nbmp doctor: " + (f"{len(self.hazards)} hazard(s) before a fork" if self.hazards
-                                    else "no hazards before a fork")]
+        lines = ["nbmp doctor: " + (f"{len(self.hazards)} hazard(s) before a fork" if self.hazards else "no hazards before a fork")]
         lines += [f"  ! {h}" for h in self.hazards]
         build = f" free-threaded, GIL {'enabled' if self.gil_enabled else 'disabled'}" if self.free_threaded else ""
         lines.append(f"start method {self.start_method}; Python {self.python}{build}; kernel {self.os_kernel}; "
                      f"ipykernel {self.ipykernel or '-'}")
         budget = self.worker_threads or "cores // workers"
-        lines.append(f"cores {self.cores}; worker threads {budget}; /dev/shm {_size(self.shm_free)} free of "
-                     f"{_size(self.shm_total)}")
+        lines.append(f"cores {self.cores}; worker threads {budget}; /dev/shm {_size(self.shm_free)} free of {_size(self.shm_total)}")
         lines.append(f"CUDA initialised: {_state(self.cuda_initialized, 'torch')}; "
                      f"JAX initialised: {_state(self.jax_initialized, 'jax')}")
         lines.append(f"threads ({len(self.threads)} Python, {len(self.native_threads)} native):")

@@ -54,8 +54,7 @@ def preload_frameworks() -> None:
     top = __package__.rpartition(".")[0]
     layers = [name for name in (top + "._spawn", top + "._pool") if name in sys.modules]
     # Last: the server readies itself for its workers before it forks anyone (fork_server_ready).
-    forkserver.set_forkserver_preload([*_STANDARD_PRELOAD, top, *layers, *frameworks, *helpers,
-                                       __package__ + ".fork_server_ready"])
+    forkserver.set_forkserver_preload([*_STANDARD_PRELOAD, top, *layers, *frameworks, *helpers, __package__ + ".fork_server_ready"])
 
 
 def load_lazy_imports() -> None:

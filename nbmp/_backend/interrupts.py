@@ -18,11 +18,11 @@ import threading
 import _thread
 import time
 from types import FrameType
-from typing import Any, Callable, Optional, TypeVar, cast
+from typing import Any, Callable, Dict, List, Optional, TypeVar, cast
 
 from . import posix as _posix
 
-__all__ = ["step", "held", "pending", "escape", "resend", "blocked", "for_worker", "allow"]
+__all__ = ["step", "shielded", "held", "pending", "escape", "resend", "blocked", "for_worker", "allow"]
 
 _SIGINT = int(signal.SIGINT)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -38,6 +38,9 @@ _sigaction: Any = None
 _handler: Any = None       # its handler field
 _own: Any = None           # the OS handler Python installs for a Python handler (learnt at the first swap)
 _foreign = False           # the disposition found is not what putting the Python handler back gives
+_OTHERS = tuple(int(s) for s in signal.valid_signals() if s not in (signal.SIGINT, signal.SIGKILL, signal.SIGSTOP))
+_held: Dict[int, Any] = {}  # in a shielded step: the other signals' Python handlers it replaced
+_arrived: List[int] = []    # and those signals that came meanwhile
 
 
 def step(fn: F) -> F:
@@ -53,13 +56,19 @@ def step(fn: F) -> F:
     return _stepping(fn, later=False)
 
 
+def shielded(fn: F) -> F:
+    """A step that holds every signal with a Python handler (a program's SIGALRM timeout): for one that
+    starts processes, never for one that may block (a held timeout would never fire)."""
+    return _stepping(fn, later=False, others=True)
+
+
 def held(fn: F) -> F:
     """``fn`` as a step of a finalizer, where Python prints and drops an exception: an interrupt
     meanwhile is sent again (:func:`resend`) to be raised once the finalizer has returned."""
     return _stepping(fn, later=True)
 
 
-def _stepping(fn: F, later: bool) -> F:
+def _stepping(fn: F, later: bool, others: bool = False) -> F:
     def stepped(*args: Any, **kwargs: Any) -> Any:
         global _active, _installed, _pending
         if _active or _thread.get_ident() != _main:
@@ -67,6 +76,8 @@ def _stepping(fn: F, later: bool) -> F:
         try:
             _active = True
             _install()
+            if others:
+                _hold_others()
             return fn(*args, **kwargs)
         finally:  # only C calls from here on: no new frame that an exception could cut first
             _active = False
@@ -82,13 +93,44 @@ def _stepping(fn: F, later: bool) -> F:
                             _sigaction(_SIGINT, _disposition, None)
                         _installed = False
             finally:
-                if _pending:
-                    _pending = 0
-                    if later:
-                        resend()
-                    else:
-                        _signal.raise_signal(_SIGINT)
+                try:
+                    if _held:
+                        _release_others()
+                finally:
+                    if _arrived:  # to this thread: the program's handler runs right after this call
+                        arrived = _arrived[:]
+                        del _arrived[:]  # first: no call between, where a handler could raise
+                        list(map(functools.partial(_signal.pthread_kill, _thread.get_ident()), arrived))
+                    if _pending:
+                        _pending = 0
+                        if later:
+                            resend()
+                        else:
+                            _signal.raise_signal(_SIGINT)
     return cast(F, functools.wraps(fn)(stepped))
+
+
+def _hold_others() -> None:
+    for signum in _OTHERS:
+        if callable(handler := _signal.getsignal(signum)) and handler is not _record_other:
+            _held[signum] = handler  # before the swap: an exception at its return still finds it undone
+            _signal.signal(signum, _record_other)
+
+
+def _record_other(signum: int, frame: Optional[FrameType]) -> None:
+    _arrived.append(signum)
+
+
+def _release_others() -> None:
+    """Put back the handlers replaced, in a C loop (``map``): a program's handler that a later ``signal()``
+    call runs can raise only there, and then all are put back again."""
+    try:
+        list(map(_signal.signal, _held.keys(), _held.values()))
+    except BaseException:
+        list(map(_signal.signal, _held.keys(), _held.values()))
+        raise
+    finally:
+        _held.clear()
 
 
 def _record(signum: int, frame: Optional[FrameType]) -> None:
@@ -170,8 +212,7 @@ def resend() -> None:
     for an interrupt caught where it cannot be raised (a finalizer), so that it is raised in
     the program's code once the finalizer has returned."""
     try:
-        threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,),
-                         name="nbmp-interrupt", daemon=True).start()
+        threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,), name="nbmp-interrupt", daemon=True).start()
     except RuntimeError:  # the interpreter is shutting down: nobody is left to interrupt
         pass
 
@@ -186,6 +227,9 @@ def _forget() -> None:
     global _active, _pending, _main
     _active, _pending, _main = False, 0, _thread.get_ident()
     _release()
+    if _held or _arrived:  # forked during a shielded step
+        _arrived.clear()
+        _release_others()
 
 
 def _ignore(signum: int, frame: Optional[FrameType]) -> None:

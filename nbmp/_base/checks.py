@@ -106,8 +106,7 @@ def set_max_workers(n: Optional[int]) -> None:
         >>> nbmp.set_max_workers(None)
     """
     global _max_workers
-    _max_workers = None if n is None else positive_int(n, "nbmp.set_max_workers(n): n",
-                                                       "nbmp.set_max_workers(256), or None for the default")
+    _max_workers = None if n is None else positive_int(n, "nbmp.set_max_workers(n): n", "nbmp.set_max_workers(256), or None for the default")
 
 
 def worker_count(value: Any, name: str, example: str, none_ok: bool = False) -> int:
@@ -130,8 +129,7 @@ def worker_count(value: Any, name: str, example: str, none_ok: bool = False) -> 
 def arguments(value: Any, name: str, example: str) -> Tuple[Any, ...]:
     """Positional arguments: a tuple or list (not a str, not a single value)."""
     if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
-        raise TypeError(f"{name} must be a tuple of arguments, not {type(value).__name__} {value!r}; "
-                        f"for one argument write {example}")
+        raise TypeError(f"{name} must be a tuple of arguments, not {type(value).__name__} {value!r}; for one argument write {example}")
     return tuple(value)
 
 
@@ -228,8 +226,7 @@ def array_size(value: Any, call: str, typecode_or_type: Any = "b") -> None:
     bytes (of ``typecode_or_type``'s, already checked by ``ctype``) no address space can hold is a ValueError."""
     example = f"nbmp.{call}('d', 10) or nbmp.{call}('i', [1, 2, 3])"
     if isinstance(value, bool):
-        raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not "
-                        f"{value!r}; e.g. {example}")
+        raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not {value!r}; e.g. {example}")
     try:
         size = operator.index(value)
     except TypeError:
@@ -241,8 +238,7 @@ def array_size(value: Any, call: str, typecode_or_type: Any = "b") -> None:
         raise ValueError(f"nbmp.{call}: the length must be >= 0, not {size}; e.g. {example}")
     import ctypes
     from multiprocessing.sharedctypes import typecode_to_type  # type: ignore[attr-defined]
-    itemsize = ctypes.sizeof(typecode_to_type.get(typecode_or_type, ctypes.c_byte) if isinstance(typecode_or_type, str)
-                             else typecode_or_type)
+    itemsize = ctypes.sizeof(typecode_to_type.get(typecode_or_type, ctypes.c_byte) if isinstance(typecode_or_type, str) else typecode_or_type)
     if size * itemsize > sys.maxsize:
         raise ValueError(f"nbmp.{call}: a length of {size} items of {itemsize} bytes is more memory than a process "
                          f"can address ({sys.maxsize} bytes); pass a smaller length, e.g. {example}")
@@ -256,11 +252,9 @@ def counter(value: Any, call: str, name: str) -> int:
     try:
         number = operator.index(value)
     except TypeError:
-        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {type(value).__name__} {value!r}; "
-                        f"e.g. {example}") from None
+        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {type(value).__name__} {value!r}; e.g. {example}") from None
     if not 0 <= number <= _sem_value_max():
-        raise ValueError(f"nbmp.{call}: {name} must be an int from 0 to {_sem_value_max()}, not {number}; "
-                         f"e.g. {example}")
+        raise ValueError(f"nbmp.{call}: {name} must be an int from 0 to {_sem_value_max()}, not {number}; e.g. {example}")
     return number
 
 

@@ -9,8 +9,7 @@ import importlib
 import socket
 from typing import Any, Dict, List, Tuple
 
-__all__ = ["require", "set_cluster", "get_cluster", "wanted", "client_for", "worker_hosts", "is_local_host",
-           "close_owned_clients"]
+__all__ = ["require", "set_cluster", "get_cluster", "wanted", "client_for", "worker_hosts", "is_local_host", "close_owned_clients"]
 
 _default: Any = None
 _owned: Dict[str, Any] = {}  # address -> the Client nbmp opened for it (reused by later calls)

@@ -234,8 +234,7 @@ def _raise_if_failed(future: Any, n: int) -> None:
     if future.status == "error":
         exc = future.exception()
         if type(exc).__name__ == "KilledWorker":
-            raise WorkerLostError(f"Dask gave up on task {future.key}: the workers that ran it died ({exc})",
-                                  task=str(future.key)) from exc
+            raise WorkerLostError(f"Dask gave up on task {future.key}: the workers that ran it died ({exc})", task=str(future.key)) from exc
         future.result()  # raises the task's own exception, with the worker's traceback
     if future.status == "cancelled":
         raise WorkerLostError(f"task {future.key} was cancelled on the cluster (the client or another caller "

@@ -97,8 +97,7 @@ def spawn_on_cluster(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: i
         raise ValueError("output='inherit' has no meaning on a cluster (the workers' stdout is on their hosts); "
                          "use output='prefix' (default), 'raw' or 'none'")
     _, args, nprocs = check_arguments(fn, args, nprocs, start_method, output, grace_period, sinks)
-    _pickling.check_picklable((fn, args), {"fn": fn, **{f"args[{k}]": a for k, a in enumerate(args)}},
-                              "send it to the Dask cluster")
+    _pickling.check_picklable((fn, args), {"fn": fn, **{f"args[{k}]": a for k, a in enumerate(args)}}, "send it to the Dask cluster")
     client = connect.client_for(cluster)
     workers = placement.ranks_to_workers(client, nprocs)
     watch = _Watch(client, fn, args, nprocs, workers, output, grace_period, dashboard, sinks)
@@ -157,8 +156,7 @@ class _Watch:
         self.thread.start()
 
     def _submit(self, inbox: Inbox) -> None:
-        job = RankJob(self.key, self.nprocs, _registry.fork_settings(),
-                      placement.ranks_per_host(self.workers), self.grace_period)
+        job = RankJob(self.key, self.nprocs, _registry.fork_settings(), placement.ranks_per_host(self.workers), self.grace_period)
         payloads = payload.payloads(self.client, self.fn, tuple(self.args), self.workers)
         for rank, address in enumerate(self.addresses):
             future = self.client.submit(run_rank, payloads[address], rank, job, key=f"nbmp-{self.key}-rank-{rank}",
@@ -170,11 +168,9 @@ class _Watch:
         """A KeyboardInterrupt in the caller: stop every rank, wait (an interrupt again: stop waiting)."""
         self.interrupted = True
         self._stop()
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             if self.done.wait(self.grace_period + CANCEL_SLACK + 5.0):
                 self.thread.join()
-        except KeyboardInterrupt:
-            pass
 
     def stop_by_user(self) -> None:
         """The dashboard's Stop button."""

@@ -33,8 +33,7 @@ from .handlers.numpy_random import NumpyRandom
 from .handlers.python_random import PythonRandom
 from .handlers.thread_pools import NativePools, ThreadEnvironment
 
-__all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worker_threads",
-           "child_started", "hazards", "ForkSafetyWarning"]
+__all__ = ["ForkLock", "ForkHandle", "register_fork_handler", "seed", "set_worker_threads", "child_started", "hazards", "ForkSafetyWarning"]
 
 # -- Settings: the base seed and the worker thread budget ------------------------------------------
 
@@ -74,8 +73,7 @@ def set_worker_threads(n: Optional[int]) -> None:
         >>> nbmp.set_worker_threads(None)  # back to cores // workers
     """
     global _worker_threads
-    _worker_threads = check_int(n, "n in nbmp.set_worker_threads(n)", "nbmp.set_worker_threads(2)",
-                                none_means="cores // workers")
+    _worker_threads = check_int(n, "n in nbmp.set_worker_threads(n)", "nbmp.set_worker_threads(2)", none_means="cores // workers")
 
 
 def worker_threads_setting() -> Optional[int]:

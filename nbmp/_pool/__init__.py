@@ -9,5 +9,4 @@ from .executor import ProcessPoolExecutor
 from .pool import Pool, parallel_map
 from .serial import ForkShared, SerialExecutor
 
-__all__ = ["Pool", "parallel_map", "RemoteTaskError", "WorkerLostError", "SerialExecutor", "ForkShared",
-           "ProcessPoolExecutor"]
+__all__ = ["Pool", "parallel_map", "RemoteTaskError", "WorkerLostError", "SerialExecutor", "ForkShared", "ProcessPoolExecutor"]

@@ -16,7 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from .._backend import pickling as _pickling, posix as _posix
+from .._backend import interrupts as _interrupts, pickling as _pickling, posix as _posix
 from .._backend.context import default_context, workers_context
 from .._backend.main_module import Initializer, MainObjects
 from .._base import WorkerExited
@@ -110,8 +110,7 @@ class _ManagerThread(process._ExecutorManagerThread):
                 p.join(1.0)
                 if p.exitcode:
                     end = WorkerExited(0, index, p.exitcode, pid=p.pid or 0)
-                    error = lost_error(end, "while the executor's futures were running or pending",
-                                       "Their futures fail with this error.")
+                    error = lost_error(end, "while the executor's futures were running or pending", "Their futures fail with this error.")
                     error.args = (error.args[0].replace("Pool worker", "ProcessPoolExecutor worker", 1),)
                     return error
         return None
@@ -203,17 +202,19 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             return None
         with self._shutdown_lock:
             if not self._processes and not self._broken and not self._shutdown_thread:
-                self._launch_processes()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
+                self._start_executor_manager_thread()  # the workers, with what stops them at shutdown
         return self._inherited
 
     def _forks(self) -> bool:
         return bool(self._mp_context.get_start_method() == "fork")
 
+    @_interrupts.shielded  # a program's signal handler that raises waits until the worker is recorded
     def _spawn_process(self) -> None:
         if self._forks():
             self._inherited.record()  # just before the worker's fork
         super()._spawn_process()  # type: ignore[misc]  # stdlib private: typeshed omits it
 
+    @_interrupts.shielded  # and until the workers forked at once have the thread that stops them
     def _start_executor_manager_thread(self) -> None:
         # The stdlib's, building nbmp's manager thread (the stdlib names its class inline).
         if self._executor_manager_thread is None:

@@ -78,8 +78,7 @@ class Pool(_stdpool.Pool):
                  initargs: Iterable[Any] = (), maxtasksperchild: Optional[int] = None,
                  context: Any = None, cluster: Any = None) -> None:
         if processes is not None:
-            processes = _checks.worker_count(processes, "processes", "nbmp.Pool(4), or nbmp.Pool() for one per CPU",
-                                             none_ok=True)
+            processes = _checks.worker_count(processes, "processes", "nbmp.Pool(4), or nbmp.Pool() for one per CPU", none_ok=True)
         if initializer is not None and not callable(initializer):
             raise TypeError(f"initializer must be a callable or None, not {type(initializer).__name__} "
                             f"{initializer!r}; e.g. nbmp.Pool(4, initializer=setup, initargs=(x,))")
@@ -98,12 +97,12 @@ class Pool(_stdpool.Pool):
         self._watch = Watch(processes or getattr(os, "process_cpu_count", os.cpu_count)() or 1, context.get_start_method())
         try:
             self._start(processes, initializer, initargs, maxtasksperchild, context)
-        except KeyboardInterrupt:
+        except BaseException:  # an interrupt, or a program's signal handler that raised
             if self._state == _stdpool.RUN:
                 self.terminate()
             raise
 
-    @_interrupts.step
+    @_interrupts.shielded
     def _start(self, *args: Any) -> None:
         # An interrupt while the workers and threads start is raised once they all run,
         # so that terminate() can stop them all (the stdlib leaves started workers behind).

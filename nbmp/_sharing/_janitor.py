@@ -71,9 +71,7 @@ ABSTRACT = sys.platform.startswith("linux")
 
 def address(key: str) -> str:
     """Where the janitor of the tree ``key`` listens."""
-    if ABSTRACT:
-        return f"\0nbmp-janitor-{key}"
-    return os.path.join(private_directory(), f"j{key[:28]}")  # short: a socket path is <= 104 bytes on macOS
+    return f"\0nbmp-janitor-{key}" if ABSTRACT else os.path.join(private_directory(), f"j{key[:28]}")  # short: <= 104 bytes on macOS
 
 
 def private_directory() -> str:

@@ -40,8 +40,7 @@ def check_dtype(dtype: Any, call: str) -> "np.dtype":
     try:
         dt: "np.dtype[Any]" = np.dtype(dtype)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"nbmp.{call}: dtype {dtype!r} is not a numpy dtype ({exc}); "
-                        f"e.g. nbmp.{call}((3, 4), dtype='float32')") from None
+        raise TypeError(f"nbmp.{call}: dtype {dtype!r} is not a numpy dtype ({exc}); e.g. nbmp.{call}((3, 4), dtype='float32')") from None
     if dt.hasobject:
         raise TypeError(f"nbmp.{call}: dtype {dt} holds Python objects, which cannot live in shared memory; "
                         f"use a numeric, bool, bytes or structured dtype")
@@ -138,8 +137,7 @@ def _reduce_ndarray(arr: "np.ndarray") -> Any:
     if arr.nbytes < _strategies.get_sharing_threshold():
         return NotImplemented
     strides = arr.strides if (arr.flags.c_contiguous or arr.flags.f_contiguous) else None
-    handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr),
-                                          lambda buf: _fill_mapped(buf, arr)))
+    handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr), lambda buf: _fill_mapped(buf, arr)))
     return _rebuild_ndarray, (handle, dtype, arr.shape, strides, 0, kind, state)
 
 

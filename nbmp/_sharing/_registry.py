@@ -112,8 +112,7 @@ def _forget(mapped: Mapped, holder: int) -> None:
     # A forked child inherits the mapping, not the hold; tickets it pocketed are its own.
     ours = holder == os.getpid()
     forked = mapped.forks != _forks
-    pooled = ours and mapped.poolable and not forked and _pool.adopt(
-        _pool.Entry(mapped.root, mapped.seg, mapped.size, mapped.start, True))
+    pooled = ours and mapped.poolable and not forked and _pool.adopt(_pool.Entry(mapped.root, mapped.seg, mapped.size, mapped.start, True))
     if not pooled:
         _libc.munmap(mapped.start, mapped.size)
     message = ""

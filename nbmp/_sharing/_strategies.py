@@ -81,8 +81,7 @@ def set_sharing_strategy(name: str, directory: Optional[str] = None) -> None:
         raise TypeError(f"the sharing strategy must be a str, not {type(name).__name__} {name!r}; "
                         f"use one of {valid} (e.g. nbmp.set_sharing_strategy({valid[0]!r}))")
     if name not in valid:
-        raise ValueError(f"unknown sharing strategy {name!r}; use one of {valid} "
-                         f"(e.g. nbmp.set_sharing_strategy({valid[0]!r}))")
+        raise ValueError(f"unknown sharing strategy {name!r}; use one of {valid} (e.g. nbmp.set_sharing_strategy({valid[0]!r}))")
     if directory is not None:
         _check_directory(name, directory)
         _directory = directory
@@ -94,13 +93,11 @@ def _check_directory(name: str, directory: object) -> None:
     if not isinstance(directory, (str, os.PathLike)):
         raise TypeError(f"directory must be a path (str), not {type(directory).__name__} {directory!r}; e.g. {example}")
     if name != "file_system":
-        raise ValueError(f"directory={directory!r} applies to the 'file_system' strategy only, not {name!r}; "
-                         f"e.g. {example}")
+        raise ValueError(f"directory={directory!r} applies to the 'file_system' strategy only, not {name!r}; e.g. {example}")
     if not os.path.exists(directory):
         raise ValueError(f"directory {directory!r} does not exist; give an existing tmpfs directory, e.g. {example}")
     if not os.path.isdir(directory):
-        raise ValueError(f"directory {directory!r} is a file, not a directory; give the directory segments "
-                         f"should go in, e.g. {example}")
+        raise ValueError(f"directory {directory!r} is a file, not a directory; give the directory segments should go in, e.g. {example}")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ValueError(f"directory {directory!r} is not writable by this process; give a tmpfs directory "
                          f"you can write to, e.g. {example}")
@@ -161,10 +158,8 @@ def set_sharing_pool(max_bytes: Optional[int] = None, idle: Optional[float] = No
     """
     global _pool_bytes, _pool_idle
     if max_bytes is not None:
-        _pool_bytes = check_int(max_bytes, "max_bytes", "nbmp.set_sharing_pool(max_bytes=4 << 30)",
-                                minimum=0)  # type: ignore[assignment]
+        _pool_bytes = check_int(max_bytes, "max_bytes", "nbmp.set_sharing_pool(max_bytes=4 << 30)", minimum=0)  # type: ignore[assignment]
     if idle is not None:
         if isinstance(idle, bool) or not isinstance(idle, (int, float)) or not idle > 0:
-            raise ValueError(f"idle must be a positive number of seconds, not {idle!r}; "
-                             f"e.g. nbmp.set_sharing_pool(idle=10)")
+            raise ValueError(f"idle must be a positive number of seconds, not {idle!r}; e.g. nbmp.set_sharing_pool(idle=10)")
         _pool_idle = float(idle)

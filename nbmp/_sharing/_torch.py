@@ -71,8 +71,7 @@ def is_shared(t: "torch.Tensor") -> bool:
 
 def _uint8_over(mm: Any, offset: int, nbytes: int) -> "torch.Tensor":
     import torch
-    return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else \
-        torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer(mm, dtype=torch.uint8, count=nbytes, offset=offset) if nbytes else torch.empty(0, dtype=torch.uint8)
 
 
 def share_(t: "torch.Tensor") -> "torch.Tensor":
@@ -87,8 +86,7 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
     if nbytes == 0:  # nothing to move; torch's share_memory_ of an empty tensor is a no-op too
         return t
     by_torch: List[Any] = []
-    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(
-        torch.UntypedStorage.from_file(f"/proc/self/fd/{fd}", True, size)))
+    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(torch.UntypedStorage.from_file(f"/proc/self/fd/{fd}", True, size)))
     moved = by_torch[0]
     moved.copy_(storage)
     swap: Any = storage  # torch private, untyped (and torch may be absent where mypy runs)

@@ -20,8 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, TextIO, Tuple
 from .._base import Event, RunFinished, WorkerOutput
 from .._base.util import LiveText
 
-__all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "render", "StreamPrinter", "redirect_std_fds",
-           "STATUS_INTERVAL"]
+__all__ = ["OUTPUT_MODES", "check_output_mode", "LineSplitter", "render", "StreamPrinter", "redirect_std_fds", "STATUS_INTERVAL"]
 
 OUTPUT_MODES = {
     "prefix": "relay whole lines, each prefixed with the worker index: '[0] hello' (default)",

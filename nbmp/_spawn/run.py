@@ -101,7 +101,7 @@ class ProcessContext:
         end on their own. Without it, SIGTERM goes at once and SIGKILL after the run's
         ``grace_period`` (``start_processes``'s, 3 s by default). Each signal is logged as
         a warning on torch's logger for it, ``torch.multiprocessing.spawn``.
-        A KeyboardInterrupt stops every worker at once and is re-raised.
+        A KeyboardInterrupt, or another exception raised meanwhile, stops every worker at once and is re-raised.
         """
         __tracebackhide__ = True  # noqa: F841  # IPython shows the worker's traceback, not nbmp's frames
         sup = self._supervisor
@@ -110,7 +110,7 @@ class ProcessContext:
             if not _wait(sup, timeout) and sup.failure is None:
                 return False
             _wait(sup, None)  # a failure is being cleaned up: that is short
-        except KeyboardInterrupt:
+        except BaseException:  # an interrupt, or a program's signal handler that raised (a timeout)
             self._stop_after_interrupt()
             raise
         if sup.crash is not None:
@@ -223,14 +223,14 @@ def start_processes(fn: Callable[..., Any], args: Sequence[Any] = (), nprocs: in
             return run[0]
         while not run[0].join():
             pass
-    except KeyboardInterrupt:  # also one that came just before join was entered
+    except BaseException:  # as in join; also one that came just before join was entered
         if run:
             run[0]._stop_after_interrupt()
         raise
     return run[0].results
 
 
-@_interrupts.step
+@_interrupts.shielded
 def _start_attached(run: List[ProcessContext], stop: _StopButton, *args: Any) -> None:
     # An interrupt while the run starts is raised once its supervisor runs (the run noted in
     # ``run``), so that it stops the workers the way an interrupt in join does.
@@ -308,8 +308,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
             main_objects.record()
             ends = [tuple(end.fileno() for end in one.ends) for one in unstarted]
             # The parent's ends of every worker's pipes stay open across all the forks.
-            parents = held + tuple(fd for one in unstarted
-                                   for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
+            parents = held + tuple(fd for one in unstarted for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
             for k, one in enumerate(unstarted):
                 # Forked one by one, a worker has the later workers' ends (the earlier ones' are closed).
                 one.job.inherited = parents + tuple(fd for fds in ends[k + 1:] for fd in fds)

@@ -223,8 +223,7 @@ class Supervisor:
                 if worker.exitcode is None:
                     if self._told and worker.index not in self._killed:
                         self._killed.add(worker.index)
-                        log.warning("Unable to shutdown process %s via SIGTERM , forcefully exiting via SIGKILL",
-                                    worker.process.pid)
+                        log.warning("Unable to shutdown process %s via SIGTERM , forcefully exiting via SIGKILL", worker.process.pid)
                     worker.process.kill()
         elif terminate_at is not None and now >= terminate_at and any(w.exitcode is None for w in self.workers):
             self.stop(self.grace_period)

@@ -79,8 +79,7 @@ def _merge_pairs(spans: Sequence[TaskSpan]) -> List[TaskSpan]:
     for span in spans:
         last = merged[-1] if merged else None
         if last is not None and last.outcome == span.outcome and last.chunks <= span.chunks:
-            merged[-1] = TaskSpan(last.start, max(last.end, span.end), span.outcome, last.count + span.count,
-                                  last.chunks + span.chunks)
+            merged[-1] = TaskSpan(last.start, max(last.end, span.end), span.outcome, last.count + span.count, last.chunks + span.chunks)
         else:
             merged.append(span)
     return merged
@@ -107,8 +106,7 @@ def pool_note(spans: Dict[int, WorkerSpans], nprocs: int, start: float, end: flo
         larger = _suggest(tasks, nprocs)
         fix = (f"pass a larger chunksize (e.g. chunksize={larger})" if larger > chunksize
                else "the whole map is too little work for processes: run it in-process")
-        return (f"tasks are small: {_ms(per_chunk)} per chunk of {chunksize}, about what sending a chunk to a "
-                f"process costs; {fix}")
+        return (f"tasks are small: {_ms(per_chunk)} per chunk of {chunksize}, about what sending a chunk to a process costs; {fix}")
     unused = nprocs - len(done)
     if unused > 0 and chunks < nprocs:
         return (f"{unused} of {nprocs} workers got no task: {chunks} chunk{'s' if chunks != 1 else ''} of "

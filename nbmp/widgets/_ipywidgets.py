@@ -12,8 +12,7 @@ from typing import Any, Callable, Dict, Optional, TypeVar
 try:
     import ipywidgets as w
 except ImportError as err:  # pragma: no cover - exercised only without the extra
-    raise ImportError("nbmp's widget dashboard needs ipywidgets: pip install 'nbmp[notebook]' "
-                      "(or use dashboard='text')") from err
+    raise ImportError("nbmp's widget dashboard needs ipywidgets: pip install 'nbmp[notebook]' (or use dashboard='text')") from err
 
 from ._html import RunSnapshot, Snapshot, snapshot, static_html
 from ._state import DashboardState
@@ -67,8 +66,7 @@ class _RunWidgets:
         # Without this a click waits for the blocked cell to end (see _subshell.py).
         self._route = ClickRoute.open(self.stop_button) if stop is not None else None
         late = stop is not None and self._route is None  # say so, rather than show a button that seems dead
-        self.stop_note = _hook(w.HTML(STOP_LATE if late else "", layout=w.Layout(display=_SHOWN if late else _HIDDEN)),
-                               "stop-note")
+        self.stop_note = _hook(w.HTML(STOP_LATE if late else "", layout=w.Layout(display=_SHOWN if late else _HIDDEN)), "stop-note")
         self.box = _hook(w.VBox([w.HBox([self.title, self.stop_button, self.stop_note]), w.HBox([self.progress, self.progress_label]),
                                  self.table, self.timeline, self.failures, self.outputs]), "run")
 

@@ -17,8 +17,7 @@ from .._base.util import space
 from .._sharing import shm_usage
 from ._history import Series, TaskSpan, WorkerSpans
 
-__all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState",
-           "DashboardState", "read_shm"]
+__all__ = ["WORKER_STATES", "ExceptionInfo", "OutputLine", "WorkerState", "RunState", "ShmState", "DashboardState", "read_shm"]
 
 # In display order; the first two are "live".
 WORKER_STATES = ("starting", "running", "done", "failed", "killed")
@@ -300,10 +299,7 @@ def _worker_exited(state: DashboardState, e: ev.WorkerExited) -> None:
     worker.cpu_percent = None  # a dead process uses no CPU; its last RSS stays for the record
     if worker.state == "failed":
         return
-    if e.killed_by_us:
-        worker.state = "killed"
-    else:
-        worker.state = "done" if e.exitcode == 0 else "failed"
+    worker.state = "killed" if e.killed_by_us else "done" if e.exitcode == 0 else "failed"
 
 
 def _task_progress(state: DashboardState, e: ev.TaskProgress) -> None:
