@@ -316,6 +316,24 @@ def test_a_signal_handler_that_raises_while_workers_start_leaves_no_worker_and_n
     assert out.splitlines() == ["[] 1 True"] * 3
 
 
+def test_a_program_with_a_small_thread_stack_size_runs_fork_server_workers(tmp_path):
+    # The fork server imports the program's main module, which set threading.stack_size; a worker it
+    # starts watches its starter from a thread, on whose stack select()'s descriptor tables overflowed.
+    script = tmp_path / "small_stacks.py"
+    script.write_text(textwrap.dedent("""
+        import threading
+        threading.stack_size(32 * 1024)
+        import nbmp
+
+        if __name__ == "__main__":
+            print(nbmp.spawn(abs, nprocs=2, start_method="forkserver"))
+            with nbmp.get_context("forkserver").Pool(2) as pool:
+                print(pool.map(abs, [-1, -2]))
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.stdout.split("\n")[:2] == ["[0, 1]", "[1, 2]"], done.stderr
+
+
 SECCOMP = pytest.mark.skipif(not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "aarch64"),
                              reason="a seccomp filter for Linux on x86_64 or aarch64")
 

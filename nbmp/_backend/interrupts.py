@@ -122,8 +122,7 @@ def _record_other(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _release_others() -> None:
-    """Put back the handlers replaced, in a C loop (``map``): a program's handler that a later ``signal()``
-    call runs can raise only there, and then all are put back again."""
+    """Put back the handlers replaced, in a C loop (``map``): a handler a ``signal()`` call runs raises only there."""
     try:
         list(map(_signal.signal, _held.keys(), _held.values()))
     except BaseException:

@@ -99,7 +99,8 @@ def _watch(pid: int) -> None:
 
 def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
     if pidfd is not None:
-        select.select([pidfd], [], [])
+        (watcher := select.poll()).register(pidfd)  # not select(): its fd tables, on the C stack, overflow a small thread stack
+        watcher.poll()
     else:
         while _exists(pid):
             time.sleep(1.0)
