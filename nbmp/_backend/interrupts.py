@@ -94,13 +94,9 @@ def _stepping(fn: F, later: bool, others: bool = False) -> F:
                         _installed = False
             finally:
                 try:
-                    if _held:
+                    if _held or _arrived:
                         _release_others()
-                finally:
-                    if _arrived:  # to this thread: the program's handler runs right after this call
-                        arrived = _arrived[:]
-                        del _arrived[:]  # first: no call between, where a handler could raise
-                        list(map(functools.partial(_signal.pthread_kill, _thread.get_ident()), arrived))
+                finally:  # a pending interrupt is raised even when a program's handler raised just before
                     if _pending:
                         _pending = 0
                         if later:
@@ -122,7 +118,8 @@ def _record_other(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _release_others() -> None:
-    """Put back the handlers replaced, in a C loop (``map``): a handler a ``signal()`` call runs raises only there."""
+    """Put back the handlers replaced, in a C loop (``map``): a handler a ``signal()`` call runs raises only
+    there; then send the signals that came to this thread, for the program's handlers to run at once."""
     try:
         list(map(_signal.signal, _held.keys(), _held.values()))
     except BaseException:
@@ -130,6 +127,9 @@ def _release_others() -> None:
         raise
     finally:
         _held.clear()
+        arrived = _arrived[:]
+        del _arrived[:]  # first: no call between, where a handler could raise
+        list(map(functools.partial(_signal.pthread_kill, _thread.get_ident()), arrived))
 
 
 def _record(signum: int, frame: Optional[FrameType]) -> None:
