@@ -57,8 +57,7 @@ def step(fn: F) -> F:
 
 
 def shielded(fn: F) -> F:
-    """A step that holds every signal with a Python handler (a program's SIGALRM timeout): for one that
-    starts processes, never for one that may block (a held timeout would never fire)."""
+    """A step holding every signal with a Python handler: for starting processes, never to wait (a timeout would not fire)."""
     return _stepping(fn, later=False, others=True)
 
 
@@ -118,8 +117,7 @@ def _record_other(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def _release_others() -> None:
-    """Put back the handlers replaced, in a C loop (``map``): a handler a ``signal()`` call runs raises only
-    there; then send the signals that came to this thread, for the program's handlers to run at once."""
+    """Put back the handlers (a C loop: a handler a ``signal()`` call runs raises only there), then resend what came."""
     try:
         list(map(_signal.signal, _held.keys(), _held.values()))
     except BaseException:

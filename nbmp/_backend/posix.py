@@ -94,6 +94,9 @@ def _watch(pid: int) -> None:
         return
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3): poll instead
         pidfd = None
+    if pidfd is not None and pidfd < 3:  # a starter without fds 0-2: a worker's output redirection takes them
+        pidfd = fcntl.fcntl(old := pidfd, fcntl.F_DUPFD_CLOEXEC, 3)
+        os.close(old)
     threading.Thread(target=_wait_for_exit, args=(pid, pidfd), name="nbmp-parent-watch", daemon=True).start()
 
 

@@ -43,8 +43,7 @@ def check_arguments(fn: Any, args: Any, nprocs: Any, start_method: Any, output: 
         raise TypeError(f"sinks must be a list of objects with a handle(event) method, not "
                         f"{type(sinks).__name__} {sinks!r}; e.g. sinks=[my_sink]")
     if start_method is not None and not isinstance(start_method, str):
-        raise TypeError(f"start_method must be None or a str, not {type(start_method).__name__} "
-                        f"{start_method!r}; e.g. start_method='spawn'")
+        raise TypeError(f"start_method must be None or a str, not {type(start_method).__name__} {start_method!r}; e.g. start_method='spawn'")
     for sink in sinks:
         if not callable(getattr(sink, "handle", None)):
             raise TypeError(f"every sink needs a handle(event) method; {sink!r} has none")
