@@ -202,7 +202,7 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             return None
         with self._shutdown_lock:
             if not self._processes and not self._broken and not self._shutdown_thread:
-                self._start_executor_manager_thread()  # the workers, with what stops them at shutdown
+                self._launch_processes()  # type: ignore[attr-defined]  # stdlib private: typeshed omits it
         return self._inherited
 
     def _forks(self) -> bool:
