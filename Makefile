@@ -65,11 +65,12 @@ fault-campaign: venv
 	$(PY) scripts/fault_campaign.py $(FAULT_ARGS)
 
 ## make test-under-load: the suite while a neighbour (scripts/shm_churn.py) does its own
-## multiprocessing and /dev/shm work on the same machine: the leak guard counts only ours
+## multiprocessing and /dev/shm work on the same machine: the leak guard counts only ours; a
+## neighbour that hung (it prints its threads' tracebacks) fails the run too
 test-under-load: venv
 	$(PY) scripts/shm_churn.py --seconds 3600 & churn=$$!; \
 	$(MAKE) test PYTHON=$(PYTHON); status=$$?; \
-	kill $$churn; wait $$churn; exit $$status
+	kill $$churn; wait $$churn || status=1; exit $$status
 
 ## make wheel-check: build the sdist and wheel, check they hold every module, then install the
 ## wheel (not editable) in a fresh virtualenv per Python in WHEEL_PYTHONS and run a notebook

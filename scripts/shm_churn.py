@@ -6,14 +6,17 @@ guard must count none of it.
 Each round: a stdlib spawn Queue (named semaphores ``sem.mp-*``), a stdlib
 SharedMemory block (``psm_*``), nbmp arrays in both sharing strategies (``nbmp-<pid>-*``
 and memfds, under this process's own janitor), and a short burst of CPU in a worker.
-It stops by itself after ``--seconds`` (or when its parent is gone).
+It stops by itself after ``--seconds`` (or when its parent is gone). A round that has not
+ended after ``--stuck`` seconds is a hang: every thread's traceback goes to stderr and the
+neighbour exits with status 1, so that the run waiting for it fails instead of waiting for ever.
 
-Usage: python scripts/shm_churn.py [--seconds 900]
+Usage: python scripts/shm_churn.py [--seconds 900] [--stuck 120]
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import multiprocessing
 import os
 import signal
@@ -55,6 +58,7 @@ def round_of_work(spawn: multiprocessing.context.BaseContext) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=900)
+    parser.add_argument("--stuck", type=float, default=120)
     args = parser.parse_args()
     parent, deadline = os.getppid(), time.monotonic() + args.seconds
     spawn = multiprocessing.get_context("spawn")
@@ -63,7 +67,9 @@ def main() -> int:
     # flight, so that the neighbour too leaves nothing behind.
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     while time.monotonic() < deadline and os.getppid() == parent and not stopping:
+        faulthandler.dump_traceback_later(args.stuck, exit=True)
         round_of_work(spawn)
+        faulthandler.cancel_dump_traceback_later()
         rounds += 1
     print(f"shm_churn: {rounds} rounds", file=sys.stderr)
     return 0
