@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar, cast
 
 from . import posix as _posix
 
-__all__ = ["step", "shielded", "held", "pending", "escape", "resend", "blocked", "for_worker", "allow"]
+__all__ = ["step", "shielded", "held", "program_handler", "pending", "escape", "resend", "blocked", "for_worker", "allow"]
 
 _SIGINT = int(signal.SIGINT)
 F = TypeVar("F", bound=Callable[..., Any])
@@ -114,6 +114,11 @@ def _hold_others() -> None:
 
 def _record_other(signum: int, frame: Optional[FrameType]) -> None:
     _arrived.append(signum)
+
+
+def program_handler(signum: int) -> Any:
+    """The program's Python handler for ``signum``: the one a shielded step holds, while it does."""
+    return _held.get(signum, found) if (found := _signal.getsignal(signum)) is _record_other else found
 
 
 def _release_others() -> None:

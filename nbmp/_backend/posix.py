@@ -24,7 +24,7 @@ from typing import Any, List, Optional, Tuple, cast
 _SIGTERM = int(signal.SIGTERM)
 
 __all__ = [
-    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "NOSIGNAL", "termination_handler", "default_termination", "widen_pipe",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "NOSIGNAL", "default_termination", "widen_pipe",
     "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "wait_slice", "room", "ready", "read_nowait",
 ]
 
@@ -220,11 +220,6 @@ def _memfd_works() -> bool:
 HAVE_MEMFD = _memfd_works()  # else: files in a directory (a Pool's slots, shared memory's "file_system")
 # A send to a peer that has gone gets EPIPE, never a SIGPIPE that ends a program that restored its default.
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
-
-
-def termination_handler() -> Any:
-    """This process's SIGTERM handler: a Python callable, ``SIG_DFL`` or ``SIG_IGN`` (as ints), or None (set in C)."""
-    return _signal.getsignal(_SIGTERM)
 
 
 def default_termination(*inherited: Any) -> None:

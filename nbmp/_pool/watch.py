@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 import threading
 import time
@@ -20,7 +21,7 @@ from multiprocessing.connection import wait
 from multiprocessing.pool import RUN, TERMINATE, IMapIterator, IMapUnorderedIterator, MapResult
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .._backend import daemons as _daemons, pickling as _pickling, posix as _posix
+from .._backend import daemons as _daemons, interrupts as _interrupts, pickling as _pickling, posix as _posix
 from .._backend.main_module import MainObjects
 from .._backend.popen_fork import PeakMemory, peak_rss
 from .._backend.posix import WakeUp
@@ -118,7 +119,7 @@ class Watch:
             if self.inherited is None:
                 self.inherited = MainObjects()
             self.inherited.record(sys._getframe(1))  # just before its fork: the stdlib starts it next
-            sigterm = (_posix.termination_handler(),)
+            sigterm = (_interrupts.program_handler(signal.SIGTERM),)  # not a shielded start's recorder
         kwds["args"] = (*kwds.get("args", ()), slot, self.inherited, sigterm)
         proc = ctx.Process(*args, **kwds)
         with self.lock:
@@ -174,8 +175,7 @@ class Watch:
     def settled(self, taskqueue: Any) -> bool:
         """Whether the Pool has nothing in flight (no pending call, nothing queued or unread, no death,
         no cut stream, every worker idle), so its terminate needs no ``_unblock_threads``."""
-        if self.cache or self.unread or self.deaths or self.broken is not None or self.stream_cut \
-                or self.inqueue is None or self.outqueue is None:
+        if self.cache or self.unread or self.deaths or self.broken is not None or self.stream_cut or self.inqueue is None or self.outqueue is None:
             return False
         try:
             if not taskqueue.empty() or self.inqueue._reader.poll():
