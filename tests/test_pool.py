@@ -434,6 +434,41 @@ def test_terminate_does_not_wait_for_the_task_lock_of_a_worker_killed_while_idle
             pool.join()
 
 
+def _die_just_after_writing_a_result(pid_file: str) -> None:
+    # What a worker SIGTERMed the moment after it wrote its result leaves: the result lock taken,
+    # its slot saying SENT.
+    from nbmp._pool.worker import PHASE, SENT
+    here = _worker_loop_locals()
+    here["outqueue"]._wlock.acquire()
+    here["slot"][PHASE] = SENT
+    with open(pid_file, "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.timeout(120)
+def test_terminate_ends_the_workers_when_one_died_holding_the_result_lock(ctx, tmp_path):
+    # The terminate's first put waits for the result lock, and it ends the workers only after that
+    # put: a worker killed the moment after it wrote its last result, just before a with-block
+    # ended, left that block waiting 30 s for the other worker.
+    pid_file = tmp_path / "pid"
+    with ctx.Pool(2) as pool:
+        assert pool.map(abs, [-1, -2, -3, -4], chunksize=1) == [1, 2, 3, 4]
+        pool.apply_async(_die_just_after_writing_a_result, (str(pid_file),))
+        wait_until(lambda: pid_file.exists() and pid_file.read_text() and _gone(int(pid_file.read_text())),
+                   "the worker has died")
+        started = time.monotonic()
+    assert time.monotonic() - started < 10.0, "the with-block's terminate waited for the other workers"
+
+
 def _stall_writing_a_result() -> None:
     from nbmp._pool.worker import PHASE, SENDING
     here = _worker_loop_locals()
@@ -1127,6 +1162,9 @@ class _FreedMeanwhile:
 class _DeadWorker:
     def __init__(self, sentinel: int) -> None:
         self.pid, self.sentinel = 1, sentinel  # started (a pid), exited (a sentinel)
+
+    def terminate(self) -> None:  # the terminate ends every worker while the result lock stays taken
+        pass
 
 
 class _Queue:  # a stand-in of the Pool's queues: only the parts the terminate's end looks at

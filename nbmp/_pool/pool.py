@@ -332,17 +332,20 @@ def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader],
     ends the reads, the result lock a killed writer held is freed, and the task pipe is drained."""
     worker_handler.join(timeout=30)  # no worker is started any more
     reading = None if reader is None else _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
-    _wait_for_all([w.sentinel for w in list(pool) if w.pid is not None], timeout=30)  # started ones
+    lock, started = outqueue._wlock, [w for w in list(pool) if w.pid is not None]
+    if lock.acquire(timeout=1.0):
+        lock.release()
+    else:  # a worker killed holding it: the terminate ends the workers only after its put under that lock
+        for w in started:
+            w.terminate()
+    _wait_for_all([w.sentinel for w in started], timeout=30)
     if reader is not None:
         deadline = time.monotonic() + 30
         while result_handler._state != _stdpool.TERMINATE and time.monotonic() < deadline:
             time.sleep(0.01)  # the terminate first checks that the result thread is alive
         reader.writers_gone()
-    lock = outqueue._wlock
-    if lock.acquire(timeout=1.0):
-        lock.release()
-    else:
-        release_lock(lock)  # a Lock has no owner; its holder is dead (or the reader freed it meanwhile)
+    lock.acquire(timeout=1.0)  # then free, whoever held it: a Lock has no owner, and its holder is dead
+    release_lock(lock)  # (or the reader freed it meanwhile)
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
     if reading is not None:
@@ -353,15 +356,11 @@ def _wait_for_all(sentinels: List[Any], timeout: float) -> None:
     """Until every one of ``sentinels`` is ready, or ``timeout`` seconds have passed
     (``multiprocessing.connection.wait`` returns once *any* is ready)."""
     deadline = time.monotonic() + timeout
-    while sentinels:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return
-        try:
-            ready = wait(sentinels, timeout=left)
-        except (OSError, ValueError):  # a sentinel closed meanwhile (its process object closed): stop here
-            return
-        sentinels = [s for s in sentinels if s not in ready]
+    try:
+        for sentinel in sentinels:
+            wait([sentinel], timeout=max(0.0, deadline - time.monotonic()))
+    except (OSError, ValueError):  # a sentinel closed meanwhile (its process object closed): stop here
+        return
 
 
 def _read_away(reader: Any, result_handler: Any) -> None:
