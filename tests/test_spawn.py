@@ -3,6 +3,7 @@ once per start method, plus nbmp's extensions (return values, lambdas, events)."
 
 from __future__ import annotations
 
+import concurrent.futures
 import faulthandler
 import json
 import os
@@ -524,6 +525,22 @@ def test_workers_outlive_the_thread_that_started_them(start_method):
             process.kill()
             process.join()
     assert context.results == [0, 1]
+
+
+def test_workers_forked_from_an_executors_thread_end_with_exit_code_0(start_method):
+    # `loop.run_in_executor(None, nbmp.spawn, ...)`: a child forked by a ThreadPoolExecutor's thread
+    # joined that thread, itself, at exit, and failed with exit code 1 after a good run (CPython gh-88110).
+    def in_thread():
+        ctx = nbmp.get_context(start_method)
+        process = ctx.Process(target=abs, args=(-1,))
+        process.start()
+        process.join(TIMEOUT)
+        with ctx.Pool(1) as pool:
+            mapped = pool.map(abs, [-1, -2])
+        return nbmp.spawn(_sleep_then_rank, args=(0.0,), nprocs=2, start_method=start_method), process.exitcode, mapped
+
+    with concurrent.futures.ThreadPoolExecutor(1) as executor:
+        assert executor.submit(in_thread).result(TIMEOUT) == ([0, 1], 0, [1, 2])
 
 
 def _sleep_then_rank(i, seconds):

@@ -14,7 +14,6 @@ import stat
 import struct
 import termios
 import fcntl
-import _signal  # type: ignore[import-not-found]  # the C module under signal.py: typeshed has no stub
 import signal
 import sys
 import threading
@@ -226,8 +225,8 @@ def default_termination(*inherited: Any) -> None:
     """SIGTERM back to its default if its handler is still the one ``inherited`` (the parent's, at the fork;
     none given: nothing was): a handler inherited from the parent (a kernel's) must not keep a worker
     alive through ``terminate()``, while one installed in the worker (coverage's, as it starts) stays."""
-    if inherited and _signal.getsignal(_SIGTERM) is inherited[0]:
-        _signal.signal(_SIGTERM, _signal.SIG_DFL)
+    if inherited and signal.getsignal(_SIGTERM) == inherited[0]:  # ==: signal's enums against the raw values
+        signal.signal(_SIGTERM, signal.SIG_DFL)
 
 
 PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask
