@@ -8,6 +8,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import platform
+import signal
 import stat
 import subprocess
 import sys
@@ -220,6 +221,44 @@ def test_a_sigterm_handler_the_parent_had_does_not_keep_a_pools_forked_worker_al
             print(pool.map(abs, [-1, -2]), pool.apply(signal.getsignal, (signal.SIGTERM,)) == signal.SIG_DFL)
     """)
     assert out.strip() == "[1, 2] True"
+
+
+def test_an_event_loops_signal_handlers_neither_keep_spawns_workers_alive_nor_hear_their_signals(tmp_path):
+    # asyncio's add_signal_handler installs a no-op Python handler and a wake-up fd, which a forked
+    # worker inherited: a sibling's failure sent it a SIGTERM it ignored (SIGKILL 3 s later), and each
+    # signal it caught (a SIGINT, which workers ignore) woke the parent's loop as if sent to the parent.
+    out = run_main(f"""
+        import asyncio, os, signal, time
+        import nbmp
+
+        def work(i, folder):
+            open(os.path.join(folder, str(i)), "w").close()
+            if i == 0:
+                while len(os.listdir(folder)) < 3:
+                    time.sleep(0.01)
+                raise ValueError("failed")
+            time.sleep(60)
+
+        async def main():
+            loop, heard = asyncio.get_running_loop(), []
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, heard.append, signum)
+            run = nbmp.spawn(work, args=({str(tmp_path)!r},), nprocs=2, join=False)
+            while len(os.listdir({str(tmp_path)!r})) < 2:
+                time.sleep(0.01)
+            time.sleep(0.2)  # both workers past their first step
+            os.kill(run.pids()[1], signal.SIGINT)
+            open(os.path.join({str(tmp_path)!r}, "go"), "w").close()
+            try:
+                run.join(60)
+            except nbmp.ProcessRaisedException:
+                pass
+            await asyncio.sleep(0.5)  # the loop reads its wake-up fd
+            print(heard, [p.exitcode for p in run.processes])
+
+        asyncio.run(main())
+    """)
+    assert out.strip() == f"[] [1, -{int(signal.SIGTERM)}]"
 
 
 @pytest.mark.parametrize("reaping", ["SIGCHLD ignored", "a reaper of its own"])

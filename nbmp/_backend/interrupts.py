@@ -22,9 +22,9 @@ from typing import Any, Callable, Dict, List, Optional, TypeVar, cast
 
 from . import posix as _posix
 
-__all__ = ["step", "shielded", "held", "program_handler", "pending", "escape", "resend", "blocked", "for_worker", "allow"]
+__all__ = ["step", "shielded", "held", "program_handler", "pending", "escape", "resend", "blocked", "for_worker", "default_termination", "allow"]
 
-_SIGINT = int(signal.SIGINT)
+_SIGINT, _SIGTERM = int(signal.SIGINT), int(signal.SIGTERM)
 F = TypeVar("F", bound=Callable[..., Any])
 
 # The state of the main thread's steps (only the main thread runs signal handlers).
@@ -238,16 +238,26 @@ def _ignore(signum: int, frame: Optional[FrameType]) -> None:
     """A worker's SIGINT handler: the parent stops its workers itself."""
 
 
-def for_worker() -> None:
-    """In a worker: ignore SIGINT (the parent stops it), then unblock it (a pending one is dropped).
-    A Python handler, not SIG_IGN, so programs the worker ``exec``\\ s get the default disposition;
-    through ``_signal``, since ``signal``'s enum conversions write pages shared with the parent."""
+def for_worker(first_step: bool = True) -> None:
+    """In a worker: ignore SIGINT (the parent stops it), then unblock it (a pending one is dropped); a Python
+    handler, not SIG_IGN, so programs it ``exec``\\ s get the default; ``_signal``: ``signal``'s enums write shared
+    pages. Its ``first_step`` drops the parent's wake-up fd (a signal caught here woke the parent's event loop) and
+    SIGTERM's inherited handler or SIG_IGN (kept it alive through a terminate; coverage's, set later, stays)."""
     try:
+        if first_step:
+            _signal.set_wakeup_fd(-1)
+            _signal.signal(_SIGTERM, _signal.SIG_DFL)
         _signal.signal(_SIGINT, _ignore)
     except ValueError:  # not the main thread: nothing to change
         return
     _signal.siginterrupt(_SIGINT, False)  # system calls go on, as under SIG_IGN (C code need not expect EINTR)
     allow()
+
+
+def default_termination(*inherited: Any) -> None:
+    """SIGTERM to its default while its handler is the one ``inherited`` from the parent, in a standard context's worker."""
+    if inherited and _signal.getsignal(_SIGTERM) is inherited[0]:
+        _signal.signal(_SIGTERM, _signal.SIG_DFL)
 
 
 class blocked:

@@ -20,10 +20,8 @@ import threading
 import time
 from typing import Any, List, Optional, Tuple, cast
 
-_SIGTERM = int(signal.SIGTERM)
-
 __all__ = [
-    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "NOSIGNAL", "default_termination", "widen_pipe",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "NOSIGNAL", "widen_pipe",
     "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "wait_slice", "room", "ready", "read_nowait",
 ]
 
@@ -219,14 +217,6 @@ def _memfd_works() -> bool:
 HAVE_MEMFD = _memfd_works()  # else: files in a directory (a Pool's slots, shared memory's "file_system")
 # A send to a peer that has gone gets EPIPE, never a SIGPIPE that ends a program that restored its default.
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
-
-
-def default_termination(*inherited: Any) -> None:
-    """SIGTERM back to its default if its handler is still the one ``inherited`` (the parent's, at the fork;
-    none given: nothing was): a handler inherited from the parent (a kernel's) must not keep a worker
-    alive through ``terminate()``, while one installed in the worker (coverage's, as it starts) stays."""
-    if inherited and signal.getsignal(_SIGTERM) == inherited[0]:  # ==: signal's enums against the raw values
-        signal.signal(_SIGTERM, signal.SIG_DFL)
 
 
 PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask

@@ -136,8 +136,8 @@ def worker(inqueue: Any, outqueue: Any, initializer: Optional[Callable[..., Any]
     ``__main__`` objects ``inherited`` by reference, so the parent gets its own classes; a forked
     worker gets ``(the parent's SIGTERM handler,)`` as ``sigterm``."""
     # For a standard context's process (an nbmp one already ignores SIGINT); _signal: see interrupts.
-    _interrupts.for_worker()
-    _posix.default_termination(*sigterm)
+    _interrupts.for_worker(first_step=False)  # after the standard bootstrap: coverage's SIGTERM handler stays
+    _interrupts.default_termination(*sigterm)
     slot = slot.view  # the stores below are the per-task cost of crash tracking
     inqueue._writer.close()
     outqueue._reader.close()
