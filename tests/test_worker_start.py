@@ -261,6 +261,31 @@ def test_an_event_loops_signal_handlers_neither_keep_spawns_workers_alive_nor_he
     assert out.strip() == f"[] [1, -{int(signal.SIGTERM)}]"
 
 
+@pytest.mark.parametrize("context", ["nbmp's", "the standard module's"])
+def test_a_signal_a_pool_worker_catches_does_not_wake_its_parents_event_loop(context):
+    # A forked worker inherits the parent's wake-up fd (asyncio's add_signal_handler sets one): each
+    # signal the worker caught, a SIGINT it ignores included, ran the parent's handler for it. A
+    # standard context's worker starts with the standard bootstrap, so its Pool loop drops the fd.
+    out = run_main(f"""
+        import asyncio, multiprocessing, os, signal
+        import nbmp
+
+        async def main():
+            loop, heard = asyncio.get_running_loop(), []
+            loop.add_signal_handler(signal.SIGINT, heard.append, signal.SIGINT)
+            ctx = {"nbmp" if context == "nbmp's" else "multiprocessing"}.get_context("fork")
+            with nbmp.pool.Pool(1, context=ctx) as pool:
+                pid = pool.apply(os.getpid)
+                os.kill(pid, signal.SIGINT)
+                alive = pool.apply(os.getpid) == pid
+            await asyncio.sleep(0.5)  # the loop reads its wake-up fd
+            print(heard, alive)
+
+        asyncio.run(main())
+    """)
+    assert out.strip() == "[] True"
+
+
 @pytest.mark.parametrize("reaping", ["SIGCHLD ignored", "a reaper of its own"])
 def test_a_program_that_reaps_its_children_itself_runs_every_kind_of_worker(reaping):
     # A daemon ignores SIGCHLD (the kernel reaps its children) or waits for them from a handler: their
@@ -411,6 +436,18 @@ def test_a_sandbox_that_refuses_memfd_create_leaves_pools_and_shared_arrays_work
         print(nbmp.get_sharing_strategy())
     """, ["memfd_create"], kill=False))
     assert out.strip() == "file_system"
+
+
+@SECCOMP
+def test_a_sandbox_that_refuses_fallocate_still_shares_arrays():
+    # fallocate refused (EPERM) is no full /dev/shm: the segment is sized as where fallocate does not exist.
+    out = run_main(sandboxed("""
+        import nbmp
+        for strategy in ("file_descriptor", "file_system"):
+            nbmp.set_sharing_strategy(strategy)
+            print(nbmp.spawn(lambda i, a: float(a.sum()), args=(nbmp.zeros(1 << 18) + 1,), nprocs=2))
+    """, ["fallocate"], kill=False))
+    assert out.split("\n")[:2] == [str([float(1 << 18)] * 2)] * 2
 
 
 def test_a_pools_end_runs_its_workers_finalizers_and_their_sigterm_handlers(tmp_path):

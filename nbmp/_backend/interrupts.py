@@ -241,11 +241,11 @@ def _ignore(signum: int, frame: Optional[FrameType]) -> None:
 def for_worker(first_step: bool = True) -> None:
     """In a worker: ignore SIGINT (the parent stops it), then unblock it (a pending one is dropped); a Python
     handler, not SIG_IGN, so programs it ``exec``\\ s get the default; ``_signal``: ``signal``'s enums write shared
-    pages. Its ``first_step`` drops the parent's wake-up fd (a signal caught here woke the parent's event loop) and
+    pages. It drops the parent's wake-up fd (a signal caught here woke the parent's event loop); its ``first_step``
     SIGTERM's inherited handler or SIG_IGN (kept it alive through a terminate; coverage's, set later, stays)."""
     try:
+        _signal.set_wakeup_fd(-1)
         if first_step:
-            _signal.set_wakeup_fd(-1)
             _signal.signal(_SIGTERM, _signal.SIG_DFL)
         _signal.signal(_SIGINT, _ignore)
     except ValueError:  # not the main thread: nothing to change

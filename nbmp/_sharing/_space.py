@@ -10,6 +10,7 @@ error at the allocation, which names the size, the room left and the fix.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from .._base.exceptions import NbmpError
 from .._base.util import format_bytes as _size, space
@@ -58,11 +59,10 @@ def reserve(fd: int, nbytes: int, where: str) -> None:
     """Allocate the pages of a new segment now, so that a full tmpfs fails here, not by SIGBUS."""
     try:
         os.posix_fallocate(fd, 0, nbytes)
-    except AttributeError:
-        os.ftruncate(fd, nbytes)  # no fallocate (macOS): the check above is all we have
-    except OSError as exc:
-        raise SharedMemoryFullError(
-            f"cannot put {_size(nbytes)} in shared memory ({where}): {exc.strerror}. Fix: docker --shm-size, "
-            f"or another strategy/directory with nbmp.set_sharing_strategy().") from exc
-
-
+        return
+    except (AttributeError, OSError) as exc:  # AttributeError: no fallocate (macOS)
+        if isinstance(exc, OSError) and exc.errno not in (errno.EPERM, errno.EACCES, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise SharedMemoryFullError(
+                f"cannot put {_size(nbytes)} in shared memory ({where}): {exc.strerror}. Fix: docker --shm-size, "
+                f"or another strategy/directory with nbmp.set_sharing_strategy().") from exc
+    os.ftruncate(fd, nbytes)  # fallocate missing, unsupported or refused (a sandbox): the check above is all we have
