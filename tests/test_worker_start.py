@@ -261,6 +261,37 @@ def test_an_event_loops_signal_handlers_neither_keep_spawns_workers_alive_nor_he
     assert out.strip() == f"[] [1, -{int(signal.SIGTERM)}]"
 
 
+def test_a_sigterm_the_parent_blocks_stops_its_workers_all_the_same():
+    # A program that waits for its signals (sigwait, signalfd) blocks them, and its workers inherited
+    # the mask: a Pool's terminate waited for the running tasks, a failed run's stop for a SIGKILL.
+    out = run_main("""
+        import signal, time
+        import nbmp
+
+        def work(i):
+            if i == 0:
+                time.sleep(0.5)
+                raise ValueError("failed")
+            time.sleep(60)
+
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        run = nbmp.spawn(work, nprocs=2, join=False)
+        try:
+            run.join(60)
+        except nbmp.ProcessRaisedException:
+            pass
+        ended = []
+        for method in nbmp.get_all_start_methods():
+            with nbmp.get_context(method).Pool(2) as pool:
+                pool.map_async(time.sleep, [60, 60], chunksize=1)
+                time.sleep(0.5)
+                started = time.monotonic()
+            ended.append(time.monotonic() - started < 10)
+        print([p.exitcode for p in run.processes], ended)
+    """)
+    assert out.strip() == f"[1, -{int(signal.SIGTERM)}] [True, True, True]"
+
+
 @pytest.mark.parametrize("context", ["nbmp's", "the standard module's"])
 def test_a_signal_a_pool_worker_catches_does_not_wake_its_parents_event_loop(context):
     # A forked worker inherits the parent's wake-up fd (asyncio's add_signal_handler sets one): each

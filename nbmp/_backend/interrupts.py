@@ -239,10 +239,10 @@ def _ignore(signum: int, frame: Optional[FrameType]) -> None:
 
 
 def for_worker(first_step: bool = True) -> None:
-    """In a worker: ignore SIGINT (the parent stops it), then unblock it (a pending one is dropped); a Python
-    handler, not SIG_IGN, so programs it ``exec``\\ s get the default; ``_signal``: ``signal``'s enums write shared
-    pages. It drops the parent's wake-up fd (a signal caught here woke the parent's event loop); its ``first_step``
-    SIGTERM's inherited handler or SIG_IGN (kept it alive through a terminate; coverage's, set later, stays)."""
+    """In a worker: ignore SIGINT by a Python handler (a program it ``exec``\\ s gets the default); unblock it (a pending
+    one is dropped) and SIGTERM (``sigwait`` users block it: a stop waited for the task); drop the parent's wake-up fd
+    (its event loop heard the worker's signals); at a ``first_step``, reset SIGTERM's inherited handler or SIG_IGN
+    (coverage's, set later, stays). ``_signal``: ``signal``'s enums write shared pages."""
     try:
         _signal.set_wakeup_fd(-1)
         if first_step:
@@ -251,7 +251,7 @@ def for_worker(first_step: bool = True) -> None:
     except ValueError:  # not the main thread: nothing to change
         return
     _signal.siginterrupt(_SIGINT, False)  # system calls go on, as under SIG_IGN (C code need not expect EINTR)
-    allow()
+    allow(_SIGTERM)
 
 
 def default_termination(*inherited: Any) -> None:
@@ -279,10 +279,10 @@ class blocked:
 _HAS_SIGMASK = hasattr(_signal, "pthread_sigmask")
 
 
-def allow() -> None:
-    """Unblock SIGINT in this thread (a child that inherited a blocked mask it should not keep)."""
+def allow(*also: int) -> None:
+    """Unblock SIGINT (and ``also``) in this thread (a child that inherited a blocked mask it should not keep)."""
     if _HAS_SIGMASK:
-        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (_SIGINT,))
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (_SIGINT, *also))
 
 
 if hasattr(os, "register_at_fork"):
