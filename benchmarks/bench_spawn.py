@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import multiprocessing
 import os
 import platform
@@ -160,6 +161,7 @@ def measure(rows: List[Tuple[str, Callable[[], None]]], rounds: int, calls: int)
     """(wall, CPU) per round, per row; the rows take turns."""
     for _, fn in rows:
         fn()  # warm-up: imports, a forkserver, caches
+    gc.collect()  # the full collection that importing numpy and torch made due: in no row's loop
     time.sleep(0.1)
     helpers = children()
     spans: Dict[str, List[Tuple[float, float]]] = {name: [] for name, _ in rows}

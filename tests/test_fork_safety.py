@@ -112,6 +112,35 @@ def test_a_workers_collection_runs_no_finalizer_of_the_parents_garbage(tmp_path)
     assert marker.read_text() == str(os.getpid())  # once, in the process that made it
 
 
+def test_a_collection_due_as_nbmp_forks_runs_in_the_parent_not_in_the_worker():
+    # A library's at-fork hook allocates in the child: a collection nearly due at the fork would
+    # come there, before the worker's freeze, and finalize the parent's garbage in the worker.
+    out = run_main("""
+        import gc, os
+        import nbmp
+
+        class Cyclic:
+            def __init__(self):
+                self.me = self
+
+            def __del__(self):
+                print("finalized in the", "parent" if os.getpid() == parent else "worker", flush=True)
+
+        parent, held = os.getpid(), []
+        os.register_at_fork(after_in_child=lambda: held.extend([] for _ in range(300)))
+
+        def nearly_due():
+            gc.set_threshold(100_000)
+            held.extend([] for _ in range(1000))
+            Cyclic()
+            gc.set_threshold(gc.get_count()[0] + 30)  # the parent's own steps up to the fork stay under it
+
+        nbmp.register_fork_handler(before=nearly_due)
+        print(nbmp.spawn(lambda i: i, nprocs=1))
+    """)
+    assert out.splitlines() == ["finalized in the parent", "[0]"], out
+
+
 def test_a_handler_can_give_a_worker_back_its_inherited_objects():
     import gc
     held = [[i] for i in range(300_000)]

@@ -9,6 +9,7 @@ threads and warns by name about the real hazards (docs/fork_safety.md).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 import threading
@@ -138,6 +139,7 @@ class Popen(PeakMemory, popen_fork.Popen):
             _forking.before_fork(getattr(process_obj, "launch", None))
             _round.quiesced_in = os.getpid() if in_round else 0
         launch = super()._launch  # type: ignore[misc]  # stdlib private: typeshed omits it
+        _collect_if_due()
         try:
             if not _WARNS_ABOUT_THREADS or _fork_warning_ignored():
                 launch(_ChildEntry(process_obj, None))  # the child never returns from here
@@ -155,9 +157,16 @@ class Popen(PeakMemory, popen_fork.Popen):
                 _forking.after_fork_in_parent()
 
 
+def _collect_if_due(room: int = 100) -> None:
+    """Bring on here, not in the child before its freeze, a collection due within ``room`` allocations (docs/fork_safety.md),
+    by allocating: the collector picks the generations as ever (``gc.collect(0)`` would pre-empt all in a loop of forks)."""
+    threshold, filler = gc.get_threshold()[0], [[0]]
+    while gc.isenabled() and 0 < threshold - room <= gc.get_count()[0] and len(filler) < 2 * threshold:
+        filler.append([0])
+
+
 def _fork_warning_ignored() -> bool:
-    """Whether the warning filters ignore 3.12+'s fork warning anyway (the default ones do): then
-    they are left alone, since hiding it changes them for every thread of the process."""
+    """Whether the filters ignore 3.12+'s fork warning anyway (the default ones do), so hiding it, which changes them for every thread, is not needed."""
     for action, message, category, module, _ in warnings.filters:
         if issubclass(DeprecationWarning, category) and _matches(message, _FORK_WARNING) \
                 and _matches(module, popen_fork.__name__):

@@ -1,13 +1,6 @@
-"""The garbage collector: a forked worker leaves the objects it inherited out of its
-collections (``gc.freeze()`` at its start), as CPython's documentation advises for fork.
-So does a worker that a fork server forked: it inherits the server's objects, the modules
-the server preloaded (numpy's, torch's: hundreds of thousands of them).
-
-A collection writes into every object it examines, copying the parent's pages (docs/fork_safety.md,
-"Garbage collection"); freezing is O(1). In the worker ``gc.get_objects()`` sees only its own
-objects, and dropped inherited cycles are not freed; ``register_fork_handler(after_in_child=gc.unfreeze)``
-undoes it.
-"""
+"""The garbage collector: a worker forked by nbmp or a fork server leaves the objects it inherited out of
+its collections (``gc.freeze()`` at its first step, O(1)), as CPython's documentation advises for fork: a
+collection writes into every object it examines, copying the parent's pages (docs/fork_safety.md)."""
 
 from __future__ import annotations
 
@@ -22,9 +15,7 @@ _FREEZE_IS_O1 = "t" not in getattr(sys, "abiflags", "")
 
 
 class GarbageCollector(ForkHandler):
-    """In a child nbmp or a fork server forked: the inherited objects move to the collector's
-    permanent generation. (Without it, a worker's first full collection
-    examines, and so copies, every page of the objects it inherited.)"""
+    """In a child nbmp or a fork server forked: the inherited objects move to the permanent generation."""
 
     def in_child(self, worker: Worker) -> None:
         if (worker.forked or worker.from_fork_server) and _FREEZE_IS_O1:
