@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import multiprocessing
 import resource
 import statistics
@@ -90,6 +91,7 @@ def main() -> None:
     for _, fn, setting in ROWS:
         with setting():
             fn()  # warm-up
+    gc.collect()  # the full collection that importing numpy and torch made due: in no row's loop
     helpers = children()
     per_worker: Dict[str, List[float]] = {name: [] for name, _, _ in ROWS}
     parent: Dict[str, List[float]] = {name: [] for name, _, _ in ROWS}
