@@ -200,8 +200,9 @@ def test_tickets_are_128_random_bits_from_secrets_unrelated_to_segment_names(mon
     seen = set()
     for _ in range(20):
         data = nbmp.reduction.ForkingPickler.dumps(nbmp.zeros(1 << 16, dtype="uint8"))
-        pickle.loads(data)  # taken: the reference goes back to this process's hold
-        seen.update(_tickets(bytes(data)))
+        pickle.loads(data)  # taken first: the reference goes back to this process's hold
+        (ticket,) = _tickets(bytes(data))
+        seen.add(ticket)
     assert len(seen) == 20
     # With the CSPRNG of the os pinned the ticket is its bytes alone: nothing of the pid or name.
     monkeypatch.setattr(secrets, "token_bytes", lambda n: b"\x5a" * n)
