@@ -366,6 +366,33 @@ def test_a_program_that_restores_sigpipes_default_is_not_ended_by_spawn():
     assert out.strip() == "ok"
 
 
+def test_a_program_that_restores_sigpipes_default_survives_a_worker_gone_before_its_receipt():
+    # A value that passes a descriptor keeps its worker waiting for the parent's receipt; this worker
+    # is gone before the parent, slow to unpickle the value, writes it: EPIPE, not SIGPIPE.
+    out = run_main("""
+        import os, signal, threading, time
+        from multiprocessing import reduction
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        import nbmp
+
+        def slowly():
+            time.sleep(1)
+            return "value"
+
+        class Slow:
+            def __reduce__(self):
+                return slowly, ()
+
+        def fn(i):
+            reduction.DupFd(os.dup(0))  # served from this process: the worker waits for the receipt
+            threading.Timer(0.2, os._exit, (0,)).start()
+            return Slow()
+
+        print(nbmp.spawn(fn, nprocs=1, start_method="fork"))
+    """)
+    assert out.strip() == "['value']"
+
+
 def test_a_program_started_with_its_standard_streams_closed_gets_every_workers_result(tmp_path):
     # A daemon starts with fds 0-2 closed, so a run's first pipes are made there; a worker's
     # redirection of fds 1 and 2 overwrote its own result pipe, and its value came back as None.
@@ -477,6 +504,20 @@ def test_a_sandbox_that_refuses_fallocate_still_shares_arrays():
             print(nbmp.spawn(lambda i, a: float(a.sum()), args=(nbmp.zeros(1 << 18) + 1,), nprocs=2))
     """, ["fallocate"], kill=False))
     assert out.split("\n")[:2] == [str([float(1 << 18)] * 2)] * 2
+
+
+@SECCOMP
+def test_a_sandbox_that_refuses_sockets_runs_spawn_as_it_runs_the_standard_pool():
+    # A service without network access (systemd's RestrictAddressFamilies=none) may make no socket, not
+    # even a local pair; the standard Pool and torch's spawn talk to their workers through pipes.
+    out = run_main(sandboxed("""
+        import nbmp
+        for method in ("fork", "spawn"):
+            print(nbmp.spawn(lambda i: i * 10, nprocs=2, start_method=method))
+            with nbmp.get_context(method).Pool(2) as pool:
+                print(pool.map(abs, [-1, -2]))
+    """, ["socket", "socketpair"], kill=False))
+    assert out.split("\n")[:4] == ["[0, 10]", "[1, 2]"] * 2
 
 
 def test_a_pools_end_runs_its_workers_finalizers_and_their_sigterm_handlers(tmp_path):

@@ -308,7 +308,7 @@ def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: 
             main_objects.record()
             ends = [tuple(end.fileno() for end in one.ends) for one in unstarted]
             # The parent's ends of every worker's pipes stay open across all the forks.
-            parents = held + tuple(fd for one in unstarted for fd in (one.worker.result_pipe.fileno(), *one.worker.output_pipes))
+            parents = held + tuple(fd for one in unstarted for fd in (one.worker.result_pipe.fileno(), one.worker.receipt_pipe.fileno(), *one.worker.output_pipes))
             for k, one in enumerate(unstarted):
                 # Forked one by one, a worker has the later workers' ends (the earlier ones' are closed).
                 one.job.inherited = parents + tuple(fd for fds in ends[k + 1:] for fd in fds)
@@ -369,15 +369,16 @@ class _Unstarted:
 def _make_one(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], i: int, nprocs: int, daemon: bool,
               output: str) -> _Unstarted:
     """Worker ``i``'s pipes and process object, not started."""
-    result_r, result_w = connection.Pipe(duplex=True)  # duplex: the parent acknowledges a value
+    # Pipes, as the standard module's: a sandbox that refuses sockets runs them. The second carries the parent's receipt.
+    (result_r, result_w), (receipt_r, receipt_w) = connection.Pipe(duplex=False), connection.Pipe(duplex=False)
     pipes = [os.pipe() for _ in range(2 if output != "inherit" else 0)]
     # Write ends as connections: they cross to spawn/forkserver children as fds.
     ends: List[Optional[connection.Connection]] = [connection.Connection(w, readable=False) for _, w in pipes] or [None, None]
-    job = Job(fn, args, i, result_w, ends[0], ends[1])
+    job = Job(fn, args, i, result_w, receipt_r, ends[0], ends[1])
     process = ctx.Process(target=run, args=(job,), daemon=daemon)
     process.launch = stamp(Launch(index=i, nprocs=nprocs, worker=True))  # ignores SIGINT from its start, dies with us
-    worker = Worker(i, process, result_r, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
-    return _Unstarted(worker, job, [end for end in [result_w, *ends] if end is not None])
+    worker = Worker(i, process, result_r, receipt_w, {r: stream for (r, _), stream in zip(pipes, ("stdout", "stderr"))})
+    return _Unstarted(worker, job, [end for end in [result_w, receipt_r, *ends] if end is not None])
 
 
 _prepared = False
@@ -402,5 +403,6 @@ def _abandon(workers: List[Worker], unstarted: List[_Unstarted]) -> None:
             end.close()
     for worker in workers + [one.worker for one in unstarted]:
         worker.result_pipe.close()
+        worker.receipt_pipe.close()
         for fd in worker.output_pipes:
             os.close(fd)

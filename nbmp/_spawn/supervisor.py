@@ -15,7 +15,7 @@ import logging
 import os
 import pickle
 import selectors
-import socket
+import signal
 import threading
 import time
 import traceback
@@ -25,7 +25,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._backend.popen_fork import peak_rss, status_lost
-from .._backend.posix import NOSIGNAL, WakeUp
+from .._backend.posix import WakeUp
 from .._forking import ForkLock
 from .._base import RunFinished, WorkerExited, WorkerOutput, WorkerRaised
 from .output import STATUS_INTERVAL, LineSplitter
@@ -50,6 +50,7 @@ class Worker:
     index: int
     process: BaseProcess
     result_pipe: Connection
+    receipt_pipe: Connection  # the write end of the pipe that carries the parent's receipt (see worker.py)
     output_pipes: Dict[int, str] = field(default_factory=dict)  # read fd -> "stdout" | "stderr"
     outcome: Optional[Tuple[Any, ...]] = None  # the worker's message, unpickled: ("ok", value) or ("raised", Remote)
     exitcode: Optional[int] = None
@@ -267,17 +268,16 @@ class Supervisor:
         self._selector.unregister(worker.result_pipe)
         self._results_pending.discard(worker.index)
         try:
-            data = worker.result_pipe.recv_bytes()
+            waits, data = worker.result_pipe.recv_bytes(), worker.result_pipe.recv_bytes()
         except (EOFError, OSError):
             return  # killed, or left by sys.exit: the exit code will tell
         try:
             worker.outcome = pickle.loads(data)
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
-        if worker.outcome[0] != "raised":
-            # The receipt (see _worker._wait_for_receipt); to a worker that did not wait for it, EPIPE, not SIGPIPE.
-            with contextlib.suppress(OSError), socket.fromfd(worker.result_pipe.fileno(), socket.AF_UNIX, socket.SOCK_STREAM) as end:
-                end.send(b"\0\0\0\0", NOSIGNAL)  # an empty message
+        if waits == b"wait":  # for the receipt (see worker.py): written only to a worker that reads it
+            with contextlib.suppress(OSError):
+                worker.receipt_pipe.send_bytes(b"")
 
     def _finish(self, worker: Worker) -> None:
         """The worker's process ended: take what it left in its pipes, then reap it."""
@@ -333,12 +333,15 @@ class Supervisor:
             self._end_output(fd)
         for worker in self.workers:
             worker.result_pipe.close()
+            worker.receipt_pipe.close()
         self._selector.close()
         self._wakeup.close()
 
 
 def _supervise(supervisor: Supervisor, context: contextvars.Context) -> None:
-    """The supervisor thread: the run, in a copy of the caller's context."""
+    """The supervisor thread: the run, in a copy of the caller's context. SIGPIPE is blocked in it: a receipt
+    to a worker gone meanwhile gets EPIPE, and the signal, pending on this thread alone, goes with it."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
     context.run(supervisor._main)
 
 

@@ -1,17 +1,17 @@
 """What runs inside each ``nbmp.spawn`` worker: ``fn(i, *args)``, and the one
 message that tells the parent how it ended.
 
-The worker sends exactly one message on its result pipe, pickled by nbmp's pickler
-(so shared arrays cross as handles and lambdas travel): ``("ok", value)`` or
-``("raised", captured)``, where ``captured`` is the exception on nbmp's one remote-traceback
-path (``nbmp._backend.remote``: a ``Remote`` record in the parent). After an
-``"ok"`` whose value the parent must fetch parts of from this process, it waits for
-the parent's receipt before exiting (the parent sends one after every ``"ok"``). A worker that sends
-nothing was killed or called ``sys.exit``; its exit code tells the rest.
+The worker sends one message on its result pipe, pickled by nbmp's pickler (so shared
+arrays cross as handles and lambdas travel): ``("ok", value)`` or ``("raised", captured)``, where
+``captured`` is the exception on nbmp's one remote-traceback path (``nbmp._backend.remote``: a
+``Remote`` record in the parent). Before it, ``b"wait"`` when the value holds parts the parent
+fetches from this process, which then waits for the parent's receipt on a pipe of its own before
+exiting (else ``b""``). A worker that sends nothing was killed or called ``sys.exit``; its exit code tells the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import sys
@@ -35,6 +35,7 @@ class Job:
     args: Tuple[Any, ...]
     index: int
     result: Connection
+    receipt: Connection
     stdout: Optional[Connection]  # None: output="inherit"
     stderr: Optional[Connection]
     inherited: Tuple[int, ...] = ()  # fork: the parent's ends of the run's pipes, the other workers' ends; closed first
@@ -51,7 +52,7 @@ def run(job: Job) -> None:
         os.close(fd)
     if job.stdout is not None and job.stderr is not None:
         # A parent started with fds 0-2 closed made its first pipes there, which the redirection overwrites.
-        for name in ("result", "stdout", "stderr"):
+        for name in ("result", "receipt", "stdout", "stderr"):
             if (end := getattr(job, name)).fileno() < 3:
                 setattr(job, name, Connection(fcntl.fcntl(end.fileno(), fcntl.F_DUPFD_CLOEXEC, 3), end.readable, end.writable))
                 end.close()
@@ -62,9 +63,12 @@ def run(job: Job) -> None:
         failed, message = _call(job)
     finally:
         _flush_all()
+    waits = not failed and receipt_needed()
+    job.result.send_bytes(b"wait" if waits else b"")  # first: the parent writes a receipt only to a worker that reads it
     job.result.send_bytes(message)
-    if not failed and receipt_needed():
-        _wait_for_receipt(job.result)
+    if waits:  # torch's tensors pass their fds through a socket this process serves while the parent unpickles
+        with contextlib.suppress(EOFError, OSError):
+            job.receipt.recv_bytes()
     job.result.close()
     if failed:
         sys.exit(1)  # torch's exit code for a worker that raised
@@ -77,16 +81,6 @@ def receipt_needed() -> bool:
     plain values do not wait."""
     sharer = sys.modules.get("multiprocessing.resource_sharer")
     return bool(sharer is not None and getattr(getattr(sharer, "_resource_sharer", None), "_cache", None))
-
-
-def _wait_for_receipt(result: Connection) -> None:
-    # A value may hold handles that the parent fetches from this process while it
-    # unpickles (torch tensors in shared memory pass their fd through a socket this
-    # process serves): stay alive until the parent says it has the value.
-    try:
-        result.recv_bytes()
-    except (EOFError, OSError):
-        pass
 
 
 def _call(job: Job) -> Tuple[bool, bytes]:
