@@ -275,9 +275,13 @@ class Supervisor:
             worker.outcome = pickle.loads(data)
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
-        if waits == b"wait":  # for the receipt (see worker.py): written only to a worker that reads it
+        if waits == b"wait":  # the receipt (worker.py), SIGPIPE blocked: to a worker gone meanwhile, EPIPE; its signal taken here
+            unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
             with contextlib.suppress(OSError):
                 worker.receipt_pipe.send_bytes(b"")
+            if signal.SIGPIPE in signal.sigpending():
+                signal.sigwait({signal.SIGPIPE})
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
     def _finish(self, worker: Worker) -> None:
         """The worker's process ended: take what it left in its pipes, then reap it."""
@@ -339,9 +343,7 @@ class Supervisor:
 
 
 def _supervise(supervisor: Supervisor, context: contextvars.Context) -> None:
-    """The supervisor thread: the run, in a copy of the caller's context. SIGPIPE is blocked in it: a receipt
-    to a worker gone meanwhile gets EPIPE, and the signal, pending on this thread alone, goes with it."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    """The supervisor thread: the run, in a copy of the caller's context."""
     context.run(supervisor._main)
 
 

@@ -46,8 +46,7 @@ class Job:
 
 def run(job: Job) -> None:
     """The worker's target: set up, run ``fn``, report, and leave."""
-    # SIGINT ignored and the parent-death signal set: done in the process's bootstrap (a
-    # flagged nbmp worker, see _process._NbmpProcess), before anything else runs.
+    # SIGINT ignored and the parent-death signal set: done first, in the process's bootstrap (nbmp/_backend/process.py).
     for fd in job.inherited:
         os.close(fd)
     if job.stdout is not None and job.stderr is not None:
