@@ -396,10 +396,12 @@ def test_a_program_that_restores_sigpipes_default_survives_a_worker_gone_before_
 def test_a_program_started_with_its_standard_streams_closed_gets_every_workers_result(tmp_path):
     # A daemon starts with fds 0-2 closed, so a run's first pipes are made there; a worker's
     # redirection of fds 1 and 2 overwrote its own result pipe, and its value came back as None.
+    # A later worker's fd 1 or 2 can be its start's own pipe (under spawn, the end whose closing tells
+    # the parent it has exited): the sleep lets the parent take an early close for the worker's end.
     script = textwrap.dedent("""
-        import sys
+        import sys, time
         import nbmp
-        results = [nbmp.spawn(lambda i: (i, print("line", i)), nprocs=3, start_method=method)
+        results = [nbmp.spawn(lambda i: (i, print("line", i), time.sleep(0.3))[:2], nprocs=3, start_method=method)
                    for method in nbmp.get_all_start_methods()]
         with open(sys.argv[1], "w") as out:
             out.write(repr(results))

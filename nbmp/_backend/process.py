@@ -180,7 +180,6 @@ class ForkServerProcess(_NbmpProcess):
         return Popen(process_obj)
 
 
-
 def _start_unchecked(proc: process.BaseProcess) -> None:
     """The standard ``start`` of the worker ``proc``, but for its refusal in a daemonic process
     (lest a child outlive it): an nbmp worker dies with the process that started it where

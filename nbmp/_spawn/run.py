@@ -287,8 +287,6 @@ def _broadcast(output: str, sinks: Sequence[EventSink]) -> Broadcast:
     return Broadcast(printers + list(sinks))
 
 
-
-
 def _start_run(ctx: Any, fn: Callable[..., Any], args: Tuple[Any, ...], nprocs: int, daemon: bool, output: str,
                run_id: int, events: Broadcast, grace_period: float, board: Any, join: bool) -> ProcessContext:
     """Start the workers (in one fork round: the fork handlers run once) and their supervisor thread;

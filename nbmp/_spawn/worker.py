@@ -39,9 +39,7 @@ class Job:
     stdout: Optional[Connection]  # None: output="inherit"
     stderr: Optional[Connection]
     inherited: Tuple[int, ...] = ()  # fork: the parent's ends of the run's pipes, the other workers' ends; closed first
-    # fork: the __main__ functions and classes this worker has (a MainObjects): its value and
-    # error name them by reference, so the parent gets its own (isinstance holds there)
-    main_objects: Any = None
+    main_objects: Any = None  # fork: the __main__ functions and classes it has (a MainObjects): its value and error name them by reference
 
 
 def run(job: Job) -> None:
@@ -55,6 +53,11 @@ def run(job: Job) -> None:
             if (end := getattr(job, name)).fileno() < 3:
                 setattr(job, name, Connection(fcntl.fcntl(end.fileno(), fcntl.F_DUPFD_CLOEXEC, 3), end.readable, end.writable))
                 end.close()
+        for fd in (1, 2):  # and whatever else is there stays open above 2: the end whose closing tells the parent we ended
+            try:
+                fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+            except OSError:  # closed: nothing to keep
+                pass
         redirect_std_fds(job.stdout.fileno(), job.stderr.fileno())
         job.stdout.close()
         job.stderr.close()
@@ -74,10 +77,9 @@ def run(job: Job) -> None:
 
 
 def receipt_needed() -> bool:
-    """Whether the value just sent holds file descriptors that the parent will fetch
-    from this process (``multiprocessing.resource_sharer``, which torch's tensors and
-    connections sent outside a process start use). Waiting costs a round trip, so
-    plain values do not wait."""
+    """Whether the value just sent holds file descriptors that the parent will fetch from this process
+    (``multiprocessing.resource_sharer``, which torch's tensors and connections sent outside a process
+    start use). Waiting costs a round trip: plain values do not wait."""
     sharer = sys.modules.get("multiprocessing.resource_sharer")
     return bool(sharer is not None and getattr(getattr(sharer, "_resource_sharer", None), "_cache", None))
 
