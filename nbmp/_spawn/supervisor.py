@@ -268,14 +268,15 @@ class Supervisor:
         self._selector.unregister(worker.result_pipe)
         self._results_pending.discard(worker.index)
         try:
-            waits, data = worker.result_pipe.recv_bytes(), worker.result_pipe.recv_bytes()
+            if waits := (data := worker.result_pipe.recv_bytes()) == b"wait":  # a pickle starts with its protocol: never this
+                data = worker.result_pipe.recv_bytes()
         except (EOFError, OSError):
             return  # killed, or left by sys.exit: the exit code will tell
         try:
             worker.outcome = pickle.loads(data)
         except Exception:
             worker.outcome = ("unloadable", traceback.format_exc())
-        if waits == b"wait":  # the receipt (worker.py), SIGPIPE blocked: to a worker gone meanwhile, EPIPE; its signal taken here
+        if waits:  # the receipt (worker.py), SIGPIPE blocked: to a worker gone meanwhile, EPIPE; its signal taken here
             unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
             with contextlib.suppress(OSError):
                 worker.receipt_pipe.send_bytes(b"")

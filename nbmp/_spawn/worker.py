@@ -1,12 +1,11 @@
 """What runs inside each ``nbmp.spawn`` worker: ``fn(i, *args)``, and the one
 message that tells the parent how it ended.
 
-The worker sends one message on its result pipe, pickled by nbmp's pickler (so shared
-arrays cross as handles and lambdas travel): ``("ok", value)`` or ``("raised", captured)``, where
-``captured`` is the exception on nbmp's one remote-traceback path (``nbmp._backend.remote``: a
-``Remote`` record in the parent). Before it, ``b"wait"`` when the value holds parts the parent
-fetches from this process, which then waits for the parent's receipt on a pipe of its own before
-exiting (else ``b""``). A worker that sends nothing was killed or called ``sys.exit``; its exit code tells the rest.
+The worker sends one message on its result pipe, pickled by nbmp's pickler (so shared arrays cross as
+handles and lambdas travel): ``("ok", value)`` or ``("raised", captured)``, where ``captured`` is the exception
+on nbmp's one remote-traceback path (``nbmp._backend.remote``: a ``Remote`` record in the parent). Before it,
+``b"wait"`` when the value holds parts the parent fetches from this process, which then waits for the parent's
+receipt on a pipe of its own. A worker that sends nothing was killed or called ``sys.exit``; its exit code tells the rest.
 """
 
 from __future__ import annotations
@@ -65,8 +64,8 @@ def run(job: Job) -> None:
         failed, message = _call(job)
     finally:
         _flush_all()
-    waits = not failed and receipt_needed()
-    job.result.send_bytes(b"wait" if waits else b"")  # first: the parent writes a receipt only to a worker that reads it
+    if waits := not failed and receipt_needed():  # said first: the parent writes a receipt only to a worker that reads it
+        job.result.send_bytes(b"wait")
     job.result.send_bytes(message)
     if waits:  # torch's tensors pass their fds through a socket this process serves while the parent unpickles
         with contextlib.suppress(EOFError, OSError):
