@@ -74,6 +74,34 @@ def test_a_signal_handler_that_raises_never_leaves_nbmps_handler_behind():
     assert out.splitlines() == ["alarms True stuck 0 handler True", "Ctrl-C raised the program's own"], out
 
 
+@pytest.mark.timeout(120)
+def test_a_handler_that_uses_nbmp_while_a_start_puts_the_programs_handlers_back_ends_well():
+    # A start holds the program's handlers; one put back can run at once, before the others are,
+    # and use nbmp itself (a timer that reports through a Pipe, a finalizer the collector runs):
+    # the start then failed with "dictionary changed size during iteration".
+    out = run_main("""
+        import signal, nbmp
+
+        here, there = nbmp.Pipe()
+        busy, reports = False, 0
+        def report(signum, frame):
+            global busy, reports
+            if not busy:
+                busy = True
+                here.send(reports); reports = there.recv() + 1
+                busy = False
+
+        signal.signal(signal.SIGALRM, report)
+        for later in range(signal.SIGRTMIN, signal.SIGRTMAX + 1):  # put back after SIGALRM's
+            signal.signal(later, lambda signum, frame: None)
+        signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+        values = [nbmp.spawn(lambda rank: rank, nprocs=1) for _ in range(100)]
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        print(values == [[0]] * 100, reports > 100, signal.getsignal(signal.SIGALRM) is report)
+    """)
+    assert out.split() == ["True", "True", "True"], out
+
+
 def test_a_sigint_disposition_set_from_c_is_kept():
     # A JVM, R or a C extension sets its disposition behind Python's back (signal.getsignal still
     # shows Python's handler); nbmp's first receive put Python's back, and Ctrl-C raised.

@@ -123,10 +123,11 @@ def program_handler(signum: int) -> Any:
 
 def _release_others() -> None:
     """Put back the handlers (a C loop: a handler a ``signal()`` call runs raises only there), then resend what came."""
+    held = _held.copy()  # a program's handler that signal() runs may take a step of its own, which empties _held
     try:
-        list(map(_signal.signal, _held.keys(), _held.values()))
+        list(map(_signal.signal, held.keys(), held.values()))
     except BaseException:
-        list(map(_signal.signal, _held.keys(), _held.values()))
+        list(map(_signal.signal, held.keys(), held.values()))
         raise
     finally:
         _held.clear()
