@@ -8,7 +8,6 @@ stdlib's is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from 3.14), and i
 
 from __future__ import annotations
 
-import sys
 from multiprocessing import context, process, reduction
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
@@ -205,8 +204,7 @@ class DefaultContext(context.DefaultContext, BaseContext):
 
 
 _concrete_contexts: Dict[str, BaseContext] = {}
-if sys.platform != "win32":
-    _concrete_contexts["fork"] = ForkContext()
+_concrete_contexts["fork"] = ForkContext()
 _concrete_contexts["spawn"] = SpawnContext()
 if reduction.HAVE_SEND_HANDLE:
     _concrete_contexts["forkserver"] = ForkServerContext()

@@ -19,8 +19,7 @@ from .. import _forking
 from .._base import checks as _checks
 from . import cells as _cells, interrupts as _interrupts, main_module as _main_module, pickling as _pickling, popen_fork, posix as _posix
 from . import forkserver as _forkserver  # at import: it notes the standard preload list before a user can set one
-if sys.platform != "win32":  # at import: the standard launch's modules bound before a program can put nbmp in their place
-    from . import popen_spawn as _popen_spawn
+from . import popen_spawn as _popen_spawn  # at import: the standard launch's modules bound before a program can put nbmp in their place
 
 __all__ = ["ForkProcess", "SpawnProcess", "ForkServerProcess"]
 
@@ -158,9 +157,6 @@ class SpawnProcess(_NbmpProcess):
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
-        if sys.platform == "win32":
-            from multiprocessing.popen_spawn_win32 import Popen
-            return Popen(process_obj)
         return _popen_spawn.Popen(process_obj)  # the standard one, reaped with wait4, launched as the parent may die
 
     @staticmethod

@@ -163,16 +163,10 @@ def shape(value: Any, call: str) -> Tuple[int, ...]:
     dims = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else (value,)
     checked = []
     for dim in dims:
-        if isinstance(dim, bool):
-            number = None
-        else:
-            try:
-                number = operator.index(dim)
-            except TypeError:
-                number = None
-        if number is None:
+        if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):  # an int, numpy's too; a bool is no dimension
             raise TypeError(f"nbmp.{call}: shape must be an int or a tuple of ints, not {value!r} "
                             f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}")
+        number = operator.index(dim)
         if number < 0:
             raise ValueError(f"nbmp.{call}: shape must not have negative dimensions, got {value!r}; e.g. {example}")
         checked.append(number)
@@ -191,13 +185,10 @@ def _sem_value_max() -> int:
 def queue_size(value: Any, call: str) -> int:
     """A queue's ``maxsize``: an int (0 or less: unbounded, the stdlib's meaning), at most what a
     semaphore can count (the stdlib's OverflowError otherwise)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        size = operator.index(value)
-    except TypeError:
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise TypeError(f"{call}(maxsize=...) must be an int (0 for unbounded), not {type(value).__name__} "
-                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)") from None
+                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)")
+    size = operator.index(value)
     if size > _sem_value_max():
         raise ValueError(f"{call}(maxsize=...) must be at most {_sem_value_max()} (what a semaphore can "
                          f"count), not {size}; for an unbounded queue write nbmp.{call}()")

@@ -33,7 +33,7 @@ from .frames import FrameReader, StreamCut
 from .results import sliced
 from .sending import Prepickled
 from .watch import WATCHES, Watch, drain, release_lock, watch_of
-from .worker import Timed
+from .worker import PHASE, SENDING, Timed
 
 __all__ = ["Pool", "parallel_map"]
 
@@ -332,7 +332,8 @@ def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader],
     worker_handler.join(timeout=30)  # no worker is started any more
     reading = None if reader is None else _daemons.start(_read_away, reader, result_handler, name="nbmp-pool-read-away")
     lock, started = outqueue._wlock, [w for w in list(pool) if w.pid is not None]
-    if lock.acquire(timeout=1.0):
+    records = [] if (watch := watch_of(inqueue)) is None else list(watch.workers)  # the watcher settles no death from here on
+    if _acquire(lock, records):
         lock.release()
     else:  # a worker killed holding it: the terminate ends the workers only after its put under that lock
         for w in started:
@@ -343,12 +344,22 @@ def _unblock_threads(inqueue: Any, outqueue: Any, reader: Optional[FrameReader],
         while result_handler._state != _stdpool.TERMINATE and time.monotonic() < deadline:
             time.sleep(0.01)  # the terminate first checks that the result thread is alive
         reader.writers_gone()
-    lock.acquire(timeout=1.0)  # then free, whoever held it: a Lock has no owner, and its holder is dead
+    _acquire(lock, records)  # then free, whoever held it: a Lock has no owner, and its holder is dead
     release_lock(lock)  # (or the reader freed it meanwhile)
     deadline = time.monotonic() + 60
     drain(inqueue._reader, lambda: task_handler.is_alive() and time.monotonic() < deadline)
     if reading is not None:
         reading.join(timeout=30)
+
+
+def _acquire(lock: Any, records: List[Any], timeout: float = 1.0) -> bool:
+    """``lock.acquire(timeout=timeout)``, that gives up once one of ``records`` died holding it (writing a result)."""
+    deadline = time.monotonic() + timeout
+    while not lock.acquire(timeout=0.005):
+        writers = [s for r in records if r.slot.view[PHASE] == SENDING and (s := r.sentinel()) is not None]
+        if wait(writers, 0) or time.monotonic() > deadline:
+            return False
+    return True
 
 
 def _wait_for_all(sentinels: List[Any], timeout: float) -> None:
