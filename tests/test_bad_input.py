@@ -88,6 +88,7 @@ BAD = [
     ("zeros-str", lambda: nbmp.zeros("abc"), TypeError, ["'abc'", "shape"]),
     ("zeros-none", lambda: nbmp.zeros(None), TypeError, ["None", "shape"]),
     ("zeros-bool", lambda: nbmp.zeros(True), TypeError, ["True", "shape"]),
+    ("zeros-float-array", lambda: nbmp.zeros((2, np.array(2.5))), TypeError, ["nbmp.zeros", "array(2.5)", "is not an int"]),
     ("zeros-bad-dtype", lambda: nbmp.zeros(3, dtype="bogus"), TypeError, ["dtype 'bogus'", "dtype='float32'"]),
     ("zeros-object-dtype", lambda: nbmp.zeros(3, dtype=object), TypeError, ["Python objects"]),
     # Pool
@@ -131,6 +132,8 @@ BAD = [
     # the drop-in's objects
     ("queue-maxsize", lambda: nbmp.Queue(maxsize="x"), TypeError, ["maxsize", "'x'", "nbmp.Queue(maxsize=100)"]),
     ("joinable-maxsize", lambda: nbmp.JoinableQueue(maxsize=1.5), TypeError, ["maxsize", "1.5"]),
+    ("queue-maxsize-array", lambda: nbmp.Queue(maxsize=np.array(1.5)), TypeError, ["maxsize", "array(1.5)"]),
+    ("queue-maxsize-bool", lambda: nbmp.Queue(maxsize=True), TypeError, ["maxsize", "True"]),
     ("array-bogus", lambda: nbmp.Array("bogus", 3), TypeError, ["bad typecode 'bogus'", "nbmp.Array('d', 10)"]),
     ("array-int-type", lambda: nbmp.Array(5, 3), TypeError, ["ctypes type", "5"]),
     ("array-negative", lambda: nbmp.Array("i", -3), ValueError, ["-3", ">= 0"]),

@@ -163,10 +163,11 @@ def shape(value: Any, call: str) -> Tuple[int, ...]:
     dims = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else (value,)
     checked = []
     for dim in dims:
-        if isinstance(dim, bool) or not hasattr(type(dim), "__index__"):  # an int, numpy's too; a bool is no dimension
+        try:  # an int, numpy's too; a bool is none (index(None) raises)
+            number = operator.index(None if isinstance(dim, bool) else dim)  # type: ignore[arg-type]
+        except TypeError:
             raise TypeError(f"nbmp.{call}: shape must be an int or a tuple of ints, not {value!r} "
-                            f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}")
-        number = operator.index(dim)
+                            f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}") from None
         if number < 0:
             raise ValueError(f"nbmp.{call}: shape must not have negative dimensions, got {value!r}; e.g. {example}")
         checked.append(number)
@@ -185,10 +186,11 @@ def _sem_value_max() -> int:
 def queue_size(value: Any, call: str) -> int:
     """A queue's ``maxsize``: an int (0 or less: unbounded, the stdlib's meaning), at most what a
     semaphore can count (the stdlib's OverflowError otherwise)."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    try:  # a bool is no size (index(None) raises)
+        size = operator.index(None if isinstance(value, bool) else value)  # type: ignore[arg-type]
+    except TypeError:
         raise TypeError(f"{call}(maxsize=...) must be an int (0 for unbounded), not {type(value).__name__} "
-                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)")
-    size = operator.index(value)
+                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)") from None
     if size > _sem_value_max():
         raise ValueError(f"{call}(maxsize=...) must be at most {_sem_value_max()} (what a semaphore can "
                          f"count), not {size}; for an unbounded queue write nbmp.{call}()")
