@@ -24,6 +24,16 @@ class WrongTypeError(TypeError, ValueError):
     both, so code written for either rule keeps working."""
 
 
+def _index(value: Any) -> Optional[int]:
+    """``value`` as an int (numpy's ints too), or None where it is none: a bool, a float, a str, an array."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means: str = "",
               wrong_type: type = TypeError) -> Optional[int]:
     """``value`` as an int of at least ``minimum`` (a bool, float or str is a wrong type); ``none_means``
@@ -32,12 +42,8 @@ def check_int(value: Any, name: str, example: str, minimum: int = 1, none_means:
     what, fix = (what + " or None", f"e.g. {example} (None: {none_means})") if none_means else (what, f"e.g. {example}")
     if value is None and none_means:
         return None
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        number = operator.index(value)
-    except TypeError:
-        raise wrong_type(f"{name} must be {what}, not {value!r}; {fix}") from None
+    if (number := _index(value)) is None:
+        raise wrong_type(f"{name} must be {what}, not {value!r}; {fix}")
     if number < minimum:
         raise ValueError(f"{name} must be {what}, not {value!r}; {fix}")
     return number
@@ -163,11 +169,9 @@ def shape(value: Any, call: str) -> Tuple[int, ...]:
     dims = value if isinstance(value, Sequence) and not isinstance(value, (str, bytes)) else (value,)
     checked = []
     for dim in dims:
-        try:  # an int, numpy's too; a bool is none (index(None) raises)
-            number = operator.index(None if isinstance(dim, bool) else dim)  # type: ignore[arg-type]
-        except TypeError:
+        if (number := _index(dim)) is None:
             raise TypeError(f"nbmp.{call}: shape must be an int or a tuple of ints, not {value!r} "
-                            f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}") from None
+                            f"({type(dim).__name__} {dim!r} is not an int); e.g. {example}")
         if number < 0:
             raise ValueError(f"nbmp.{call}: shape must not have negative dimensions, got {value!r}; e.g. {example}")
         checked.append(number)
@@ -186,11 +190,9 @@ def _sem_value_max() -> int:
 def queue_size(value: Any, call: str) -> int:
     """A queue's ``maxsize``: an int (0 or less: unbounded, the stdlib's meaning), at most what a
     semaphore can count (the stdlib's OverflowError otherwise)."""
-    try:  # a bool is no size (index(None) raises)
-        size = operator.index(None if isinstance(value, bool) else value)  # type: ignore[arg-type]
-    except TypeError:
+    if (size := _index(value)) is None:
         raise TypeError(f"{call}(maxsize=...) must be an int (0 for unbounded), not {type(value).__name__} "
-                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)") from None
+                        f"{value!r}; e.g. nbmp.{call}(maxsize=100)")
     if size > _sem_value_max():
         raise ValueError(f"{call}(maxsize=...) must be at most {_sem_value_max()} (what a semaphore can "
                          f"count), not {size}; for an unbounded queue write nbmp.{call}()")
@@ -218,14 +220,10 @@ def array_size(value: Any, call: str, typecode_or_type: Any = "b") -> None:
     """An Array's ``size_or_initializer``: an int >= 0 or a sequence of values; a length whose
     bytes (of ``typecode_or_type``'s, already checked by ``ctype``) no address space can hold is a ValueError."""
     example = f"nbmp.{call}('d', 10) or nbmp.{call}('i', [1, 2, 3])"
-    if isinstance(value, bool):
-        raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not {value!r}; e.g. {example}")
-    try:
-        size = operator.index(value)
-    except TypeError:
-        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+    if (size := _index(value)) is None:
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):  # a bool is not Iterable either
             raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not "
-                            f"{type(value).__name__} {value!r}; e.g. {example}") from None
+                            f"{type(value).__name__} {value!r}; e.g. {example}")
         return
     if size < 0:
         raise ValueError(f"nbmp.{call}: the length must be >= 0, not {size}; e.g. {example}")
@@ -240,12 +238,8 @@ def array_size(value: Any, call: str, typecode_or_type: Any = "b") -> None:
 def counter(value: Any, call: str, name: str) -> int:
     """A semaphore's initial value: an int >= 0."""
     example = f"nbmp.{call}({name}=2)"
-    if isinstance(value, bool):
-        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {value!r}; e.g. {example}")
-    try:
-        number = operator.index(value)
-    except TypeError:
-        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {type(value).__name__} {value!r}; e.g. {example}") from None
+    if (number := _index(value)) is None:
+        raise TypeError(f"nbmp.{call}: {name} must be an int >= 0, not {type(value).__name__} {value!r}; e.g. {example}")
     if not 0 <= number <= _sem_value_max():
         raise ValueError(f"nbmp.{call}: {name} must be an int from 0 to {_sem_value_max()}, not {number}; e.g. {example}")
     return number
