@@ -938,13 +938,17 @@ def test_gnu_openmp_not_loaded_is_looked_for_again_only_after_an_import(monkeypa
     assert len(reads) == 2
 
 
-def test_a_line_printed_just_before_a_fork_appears_once():
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_a_line_printed_just_before_a_fork_appears_once(other_thread):
     # Printed after the start's flush (by a fork handler here; another thread in a program): a
     # forked child that ends the standard way flushes its copy of the buffer, and the line
-    # would appear twice, once from each process.
-    out = run_main("""
-        import io, sys
+    # would appear twice, once from each process. Alone, the parent flushes again; with another
+    # thread alive, the child drops its copy.
+    out = run_main(f"""
+        import io, sys, threading
         import nbmp
+        if {other_thread}:
+            threading.Thread(target=threading.Event().wait, args=(60,), daemon=True).start()
         sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)))  # buffered, even under PYTHONUNBUFFERED
         nbmp.register_fork_handler(before=lambda: print("printed just before the fork"))
         p = nbmp.Process(target=int)

@@ -286,5 +286,4 @@ def allow(*also: int) -> None:
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, (_SIGINT, *also))
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget)
+os.register_at_fork(after_in_child=_forget)

@@ -18,7 +18,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, List, Optional, Tuple, cast
+from typing import Any, List, Optional, Tuple
 
 __all__ = [
     "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "NOSIGNAL", "widen_pipe",
@@ -29,8 +29,7 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 # Workers get SIGTERM when their parent dies: it ends them at once unless they chose
 # to handle it (SIGINT is ignored in workers, see interrupts.for_worker).
-DEATH_SIGNAL = getattr(signal, "SIGTERM", None)
-_DEATH = -1 if DEATH_SIGNAL is None else int(DEATH_SIGNAL)  # a plain int: no enum code in a fresh fork
+_DEATH = int(signal.SIGTERM)  # a plain int: no enum code in a fresh fork
 
 _libc: Optional[Any] = None  # Any: a ctypes.CDLL, whose functions ctypes types as Any; False once loading failed
 
@@ -70,7 +69,7 @@ def die_with_parent(parent_pid: int, direct: bool) -> None:
     follows the forking *thread* (prctl(2)); a child started from another thread or by a fork
     server gets a thread that watches the starter through a pidfd instead.
     """
-    if DEATH_SIGNAL is None or not sys.platform.startswith("linux"):
+    if not sys.platform.startswith("linux"):
         return
     if not direct:
         _watch(parent_pid)
@@ -87,7 +86,7 @@ def _watch(pid: int) -> None:
     try:
         pidfd = os.pidfd_open(pid)
     except ProcessLookupError:  # already gone
-        os.kill(os.getpid(), cast(int, DEATH_SIGNAL))  # not None: die_with_parent checked it
+        os.kill(os.getpid(), _DEATH)
         return
     except (AttributeError, OSError):  # no pidfd (Linux < 5.3): poll instead
         pidfd = None
@@ -104,7 +103,7 @@ def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:
     else:
         while _exists(pid):
             time.sleep(1.0)
-    os.kill(os.getpid(), cast(int, DEATH_SIGNAL))  # not None: die_with_parent checked it
+    os.kill(os.getpid(), _DEATH)
 
 
 def resident_bytes(pid: "int | str" = "self") -> Optional[int]:

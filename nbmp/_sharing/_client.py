@@ -47,8 +47,7 @@ def _forget_connections() -> None:
     _conns, _conns_pid, _owed = {}, os.getpid(), set()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_connections)
+os.register_at_fork(after_in_child=_forget_connections)
 
 # Connections are never closed at exit (atexit): a Queue's feeder thread still pickles,
 # and so sends tickets, while the interpreter exits; the process's end closes them.

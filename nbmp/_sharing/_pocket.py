@@ -81,8 +81,7 @@ def _forget_in_child() -> None:
     _boards, _lock = {}, threading.RLock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _board(root: str, create: bool) -> Optional[_Board]:

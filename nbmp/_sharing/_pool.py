@@ -48,8 +48,7 @@ def _forget_in_child() -> None:
     _entries, _lock = {}, threading.RLock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def poolable(size: int) -> bool:

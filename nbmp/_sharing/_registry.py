@@ -76,8 +76,7 @@ def _count_fork() -> None:
     _forks += 1
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_lock_in_child, after_in_parent=_count_fork)
+os.register_at_fork(after_in_child=_new_lock_in_child, after_in_parent=_count_fork)
 
 _by_seg: Dict[str, Mapped] = {}
 _starts: List[int] = []
