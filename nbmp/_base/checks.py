@@ -7,8 +7,9 @@ that a typo (``nprocs=10**6``) fails at once instead of forking until the machin
 from __future__ import annotations
 
 import operator
-import sys
 import os
+import resource
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Tuple
 
@@ -64,13 +65,7 @@ _max_workers: Optional[int] = None
 
 def _default_max_workers() -> int:
     bound = _PER_CPU * (os.cpu_count() or 1) + _ALLOWANCE
-    try:
-        import resource
-    except ImportError:  # not POSIX
-        return bound
-    for limit, per_worker in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER), (getattr(resource, "RLIMIT_NPROC", None), 2)):
-        if limit is None:
-            continue
+    for limit, per_worker in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER), (resource.RLIMIT_NPROC, 2)):
         soft = resource.getrlimit(limit)[0]
         if soft != resource.RLIM_INFINITY and soft > 0:
             bound = min(bound, max(1, soft // per_worker))

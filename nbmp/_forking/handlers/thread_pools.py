@@ -88,7 +88,9 @@ class NativePools(ForkHandler):
         _gomp_at_fork = gnu_openmp_loaded()  # here: a child may load libgomp before it asks
         if _scan_key != len(sys.modules):
             _scan, _scan_key = _controller(), len(sys.modules)
-        _counts = _pool_counts(_scan)
+            _counts = _pool_counts(_scan)
+        elif _counts:  # only the thread counts change between rounds: each library's getter, not info()
+            _counts = [(api, lib.num_threads, kind) for lib, (api, _, kind) in zip(_scan.lib_controllers, _counts)]
 
     def in_child(self, worker: Worker) -> None:
         global _kept
