@@ -5,6 +5,7 @@ generator reseeded (under spawn every worker would start from torch's fixed seed
 from __future__ import annotations
 
 import sys
+from typing import Optional
 
 from ._base import ForkHandler, Worker
 from .thread_pools import openmp_threads
@@ -14,10 +15,11 @@ class Torch(ForkHandler):
     """torch's intra-op thread count and default generator, per worker."""
 
     modules = ("torch",)
-    cuda_built = False  # found in the parent before its fork; a forked child inherits it
+    cuda_built: Optional[bool] = None  # found in the parent once, before its first fork; a forked child inherits it
 
     def before(self) -> None:
-        self.cuda_built = sys.modules["torch"].backends.cuda.is_built()
+        if self.cuda_built is None:
+            self.cuda_built = sys.modules["torch"].backends.cuda.is_built()
 
     def in_child(self, worker: Worker) -> None:
         torch = sys.modules["torch"]
