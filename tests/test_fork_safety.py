@@ -644,6 +644,23 @@ def test_register_fork_handler_rejects_bad_input():
         nbmp.register_fork_handler()
 
 
+def test_an_error_filter_fails_every_fork_the_hazard_is_there_for():
+    stop = threading.Event()
+    holder = threading.Thread(target=stop.wait, name="hazard-holder")
+    holder.start()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", nbmp.ForkSafetyWarning)
+            for _ in range(2):
+                with pytest.raises(nbmp.ForkSafetyWarning, match="hazard-holder"):
+                    nbmp.spawn(lambda i: i, nprocs=1)
+        with pytest.warns(nbmp.ForkSafetyWarning, match="hazard-holder"):  # never shown yet: shown now
+            assert nbmp.spawn(lambda i: i, nprocs=1) == [0]
+    finally:
+        stop.set()
+        holder.join(TIMEOUT)
+
+
 # -- nbmp's own threads -------------------------------------------------------------------
 
 

@@ -341,8 +341,8 @@ def before_fork(launch: Optional[Launch] = None) -> None:
     _plan, _hooks = _split()
     new = [] if hazards_known.get() else [message for message in hazards(_plan) if message not in _warned]
     for message in new:
-        _warned.add(message)
         warnings.warn(message, ForkSafetyWarning, stacklevel=_caller_level())
+        _warned.add(message)  # once shown: a filter that made it an error fails every such fork
     if new:  # or the child inherits the warning in an unflushed buffer and prints it again
         for stream in (sys.stderr, sys.stdout):
             with contextlib.suppress(Exception):
