@@ -145,8 +145,7 @@ def Pipe(duplex: bool = True) -> Tuple[Connection, Connection]:
         >>> a.send(lambda x: x + 1); b.recv()(1)
         2
     """
-    ends = connection.Pipe(duplex)
-    return tuple(_upgrade(end) for end in ends)  # type: ignore[return-value]  # tuple() of a generator is tuple[Connection, ...]; here, two
+    return tuple(_upgrade(end) for end in connection.Pipe(duplex))  # type: ignore[return-value]  # tuple() of a generator is tuple[Connection, ...]; here, two
 
 
 class Listener(connection.Listener):

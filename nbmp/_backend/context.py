@@ -8,7 +8,7 @@ stdlib's is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from 3.14), and i
 
 from __future__ import annotations
 
-from multiprocessing import context, process, reduction
+from multiprocessing import context, process
 from typing import Any, Callable, Dict, Iterable, Optional, Sequence
 
 from .. import _base, _forking
@@ -125,7 +125,6 @@ class BaseContext(context.BaseContext):
             raise ValueError(
                 f"unknown start method {method!r}; use one of {sorted(_concrete_contexts)}"
                 f" (nbmp's default is {_first_method()!r})")
-        ctx._check_available()
         return ctx
 
 
@@ -142,10 +141,6 @@ class SpawnContext(BaseContext):
 class ForkServerContext(BaseContext):
     _name = "forkserver"
     Process = _process.ForkServerProcess
-
-    def _check_available(self) -> None:
-        if not reduction.HAVE_SEND_HANDLE:
-            raise ValueError("the forkserver start method is not available on this platform; use 'fork' or 'spawn'")
 
 
 class DefaultProcess(_process._NbmpProcess):
@@ -194,7 +189,7 @@ class DefaultContext(context.DefaultContext, BaseContext):
                 f"alone and use a context for the objects that need another method: ctx = nbmp.get_context({method!r}); "
                 f"ctx.Pool(...), or nbmp.spawn(..., start_method={method!r})")
         if method is not None:
-            self.get_context(method)  # an unknown or unavailable method: a clear error, nothing changed
+            self.get_context(method)  # an unknown method: a clear error, nothing changed
         super().set_start_method(method, force=force)
 
     def get_all_start_methods(self) -> list[str]:
@@ -206,8 +201,7 @@ class DefaultContext(context.DefaultContext, BaseContext):
 _concrete_contexts: Dict[str, BaseContext] = {}
 _concrete_contexts["fork"] = ForkContext()
 _concrete_contexts["spawn"] = SpawnContext()
-if reduction.HAVE_SEND_HANDLE:
-    _concrete_contexts["forkserver"] = ForkServerContext()
+_concrete_contexts["forkserver"] = ForkServerContext()
 
 
 def _first_method() -> str:

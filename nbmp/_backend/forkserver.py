@@ -16,10 +16,7 @@ import importlib.util
 import sys
 from typing import Any, List, Optional, Set, Tuple
 
-try:
-    from multiprocessing import forkserver
-except ImportError:  # a platform without the forkserver start method
-    forkserver = None  # type: ignore[assignment]
+from multiprocessing import forkserver
 
 __all__ = ["FRAMEWORKS", "preload_frameworks", "load_lazy_imports"]
 

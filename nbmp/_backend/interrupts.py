@@ -10,6 +10,7 @@ is a new frame such an exception can cut before its first line) and a recorder i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import _signal  # type: ignore[import-not-found]  # the C module under signal.py: its calls skip the enum wrapping
@@ -214,10 +215,8 @@ def resend() -> None:
     """Send SIGINT to the main thread again a few milliseconds from now, from a helper thread:
     for an interrupt caught where it cannot be raised (a finalizer), so that it is raised in
     the program's code once the finalizer has returned."""
-    try:
+    with contextlib.suppress(RuntimeError):  # the interpreter is shutting down: nobody is left to interrupt
         threading.Thread(target=_resend_sigint, args=(threading.main_thread().ident,), name="nbmp-interrupt", daemon=True).start()
-    except RuntimeError:  # the interpreter is shutting down: nobody is left to interrupt
-        pass
 
 
 def _resend_sigint(thread_id: int) -> None:

@@ -55,8 +55,7 @@ def command_line(parent: int, **arguments: Any) -> List[str]:
     if getattr(sys, "frozen", False):
         return list(spawn.get_command_line(**arguments))
     program = _ENTRY.format(arguments=", ".join(f"{key}={value!r}" for key, value in arguments.items()), parent=int(parent))
-    flags = util._args_from_interpreter_flags()
-    return [spawn.get_executable(), *flags, "-c", program, "--multiprocessing-fork"]
+    return [spawn.get_executable(), *util._args_from_interpreter_flags(), "-c", program, "--multiprocessing-fork"]
 
 
 class Popen(PeakMemory, popen_spawn_posix.Popen):

@@ -152,11 +152,9 @@ class LiveText:
 
     def _write(self, text: str) -> None:
         if text:
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a closed stream must not break the run
                 self.stream.write(text)
                 self.stream.flush()
-            except (OSError, ValueError):  # a closed stream must not break the run
-                pass
 
 
 def fixup_module_metadata(module_name: str, namespace: Dict[str, Any], names: Iterable[str]) -> None:

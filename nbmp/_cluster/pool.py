@@ -71,14 +71,12 @@ class ClusterPool:
 
     def imap(self, func: Callable[..., Any], iterable: Iterable[Any], chunksize: Optional[int] = 1) -> Iterator[Any]:
         """Results in order, each as soon as it and those before it are done."""
-        run = self._start(func, iterable, chunksize, False)
-        return run.ordered()
+        return self._start(func, iterable, chunksize, False).ordered()
 
     def imap_unordered(self, func: Callable[..., Any], iterable: Iterable[Any],
                        chunksize: Optional[int] = 1) -> Iterator[Any]:
         """Results as they are done."""
-        run = self._start(func, iterable, chunksize, False)
-        return run.unordered()
+        return self._start(func, iterable, chunksize, False).unordered()
 
     # -- the asynchronous calls ---------------------------------------------------------------------
 

@@ -84,10 +84,9 @@ def _kill() -> str:
     return f"stopped {len(stopped)} nbmp worker process(es)" + (f": pids {stopped}" if stopped else "")
 
 
-def _status() -> Any:
+def _status() -> None:
     from ..widgets import Dashboard
     Dashboard().display()
-    return None
 
 
 def _shm() -> Any:

@@ -9,7 +9,6 @@ and the stdlib's result thread handles it (:meth:`Watch.handle`): no result comp
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 import threading

@@ -230,9 +230,8 @@ def forget_ticket(root: str, ticket: str) -> None:
 def ticket_for(mapped: Mapped) -> Handle:
     """A handle for a segment this process maps: one more reference, carried by a ticket
     (one this process pocketed when it received the segment, if it has one: no message)."""
-    if _pickling.probing():  # a check's pickle, never loaded: no reference
-        return Handle(mapped.root, mapped.seg, "", mapped.size, mapped.path)
-    return Handle(mapped.root, mapped.seg, _take_ticket(mapped), mapped.size, mapped.path)
+    ticket = "" if _pickling.probing() else _take_ticket(mapped)  # probing: a check's pickle, never loaded: no reference
+    return Handle(mapped.root, mapped.seg, ticket, mapped.size, mapped.path)
 
 
 @_interrupts.step

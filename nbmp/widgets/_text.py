@@ -54,8 +54,7 @@ def fmt_tasks(worker: WorkerState) -> str:
 
 def counts_text(run: RunState) -> str:
     """``"3 running, 1 failed"``: the non-zero counts by state, in display order."""
-    parts = [f"{n} {name}" for name, n in run.counts().items() if n]
-    return ", ".join(parts) or "no workers yet"
+    return ", ".join(f"{n} {name}" for name, n in run.counts().items() if n) or "no workers yet"
 
 
 def run_title(run: RunState, now: float) -> str:

@@ -62,7 +62,6 @@ class ForkHandler:
     def in_fork_server(self) -> None:
         """In a fork server, once, after its preloads and before its first fork: what every
         worker it forks would otherwise make again (they inherit it, ``worker.from_fork_server``)."""
-        pass
 
     def __repr__(self) -> str:
         return f"<fork handler {type(self).__name__}>"

@@ -10,8 +10,7 @@ from ._base import ForkHandler
 
 
 def jax_initialized() -> bool:
-    bridge = sys.modules.get("jax._src.xla_bridge")
-    return bool(getattr(bridge, "_backends", None))
+    return bool(getattr(sys.modules.get("jax._src.xla_bridge"), "_backends", None))
 
 
 class Jax(ForkHandler):
