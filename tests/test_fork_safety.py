@@ -328,6 +328,25 @@ def test_a_smaller_thread_count_the_user_set_is_kept_in_workers():
     assert run_main(SMALLER_THAN_THE_BUDGET).strip() == "[({'openblas': 1}, '1', '1')]"
 
 
+ENVIRONMENT_KEPT = """
+import os
+os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
+import numpy, nbmp
+seen = lambda i: os.environ.get("KMP_DUPLICATE_LIB_OK")
+with nbmp.Pool(2) as pool:
+    workers = pool.map(seen, range(2))
+workers += nbmp.spawn(seen, nprocs=1, start_method="spawn")
+str(nbmp.doctor())
+print(workers, seen(0))
+"""
+
+
+def test_looking_at_the_thread_pools_leaves_the_environment_as_it_was():
+    # threadpoolctl's import sets KMP_DUPLICATE_LIB_OK, which every later program would inherit.
+    pytest.importorskip("threadpoolctl")
+    assert run_main(ENVIRONMENT_KEPT).strip() == "[None, None, None] None"
+
+
 def _threads_then_nested_run(i):
     """In a worker: its thread variables and BLAS pools before and after a run of its own,
     started while another of its threads is alive."""

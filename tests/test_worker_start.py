@@ -518,8 +518,18 @@ def test_a_sandbox_that_refuses_sockets_runs_spawn_as_it_runs_the_standard_pool(
             print(nbmp.spawn(lambda i: i * 10, nprocs=2, start_method=method))
             with nbmp.get_context(method).Pool(2) as pool:
                 print(pool.map(abs, [-1, -2]))
+        import numpy as np
+        big = np.ones(1 << 18)  # 2 MiB, above the sharing threshold: by value here, as the standard Pool sends it
+        with nbmp.Pool(2) as pool:
+            print(float(pool.apply(np.sum, (big,))), float(pool.apply(np.ones, (1 << 18,)).sum()))
+        try:
+            nbmp.zeros(4)
+        except PermissionError as refused:
+            print(refused)
     """, ["socket", "socketpair"], kill=False))
-    assert out.split("\n")[:4] == ["[0, 10]", "[1, 2]"] * 2
+    lines = out.split("\n")
+    assert lines[:5] == ["[0, 10]", "[1, 2]"] * 2 + ["262144.0 262144.0"]
+    assert "may not open a Unix socket" in lines[5] and "nbmp.zeros" in lines[5]
 
 
 def test_a_pools_end_runs_its_workers_finalizers_and_their_sigterm_handlers(tmp_path):

@@ -17,7 +17,7 @@ from .._base.util import format_bytes as _size, space
 from .._forking import registry as _forking, threads as _fork_threads
 from .._forking.handlers.cuda import cuda_initialized
 from .._forking.handlers.jax import jax_initialized
-from .._forking.handlers.thread_pools import stopped_at_fork
+from .._forking.handlers.thread_pools import controller, stopped_at_fork
 from .context import default_context
 
 __all__ = ["ForkReport", "doctor"]
@@ -90,11 +90,8 @@ def _state(flag: Optional[bool], module: str) -> str:
 
 def _threadpools() -> Optional[List[Dict[str, Any]]]:
     """The loaded BLAS/OpenMP pools; None where threadpoolctl is not installed."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return None
-    return [dict(info) for info in threadpool_info()]
+    pools = controller()
+    return None if pools is None else [dict(info) for info in pools.info()]
 
 
 def _shm() -> tuple[Optional[int], Optional[int]]:

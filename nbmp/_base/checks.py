@@ -59,7 +59,7 @@ def positive_int(value: Any, name: str, example: str, none_ok: bool = False, wro
 # four per CPU plus a fixed allowance (I/O-bound work, small machines), within what the
 # process's limits on processes and open files can take.
 _PER_CPU, _ALLOWANCE = 4, 32
-_FDS_PER_WORKER = 8  # a spawn worker holds 4 of the parent's descriptors; keep room for the user's
+_FDS_PER_WORKER = 10  # a spawn worker's pipes hold 8 of the parent's descriptors while it starts, its sentinel 1
 _max_workers: Optional[int] = None
 
 
@@ -67,8 +67,9 @@ def _default_max_workers() -> int:
     bound = _PER_CPU * (os.cpu_count() or 1) + _ALLOWANCE
     for limit, per_worker in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER), (resource.RLIMIT_NPROC, 2)):
         soft = resource.getrlimit(limit)[0]
-        if soft != resource.RLIM_INFINITY and soft > 0:
-            bound = min(bound, max(1, soft // per_worker))
+        if soft != resource.RLIM_INFINITY and soft > 0:  # the descriptors open now stay the program's
+            used = len(os.listdir("/dev/fd")) if limit == resource.RLIMIT_NOFILE and os.path.isdir("/dev/fd") else 0
+            bound = min(bound, max(1, (soft - used) // per_worker))
     return bound
 
 
@@ -76,7 +77,7 @@ def get_max_workers() -> int:
     """Return the most workers one ``spawn``, ``Pool`` or ``parallel_map`` may start.
 
     The default is ``4 × cpu_count() + 32``, lowered to fit the process's limits
-    (``RLIMIT_NOFILE / 8``, ``RLIMIT_NPROC / 2``); ``NBMP_MAX_WORKERS`` or
+    (the descriptors ``RLIMIT_NOFILE`` leaves free / 10, ``RLIMIT_NPROC / 2``); ``NBMP_MAX_WORKERS`` or
     :func:`set_max_workers` replace it.
 
     Example::

@@ -84,9 +84,18 @@ def _connect(root: str) -> socket.socket:
     raise RuntimeError(f"nbmp could not reach its shared-memory janitor for process {_pid(root)}")
 
 
+class NoSocket(PermissionError):
+    """This process may not open a Unix socket (a sandbox's policy): it has no janitor."""
+
+
 def _open(root: str) -> Optional[socket.socket]:
     """A connection to ``root``'s janitor, its user checked; None if none listens."""
-    conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
+    except PermissionError as refused:
+        raise NoSocket(f"nbmp: this process may not open a Unix socket ({refused.strerror}; a sandbox's policy?), which "
+                       f"shared arrays need to reach their janitor: nbmp.zeros, nbmp.empty and torch's shared tensors "
+                       f"are not available here. Plain numpy arrays sent to workers go by value.") from refused
     try:
         conn.connect(_janitor.address(root))
         uid = _janitor.peer_uid(conn)

@@ -14,7 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Tuple
 
 from .._backend import pickling as _pickling
-from . import _segments, _strategies
+from . import _client, _segments, _strategies
 
 if TYPE_CHECKING:
     import numpy as np
@@ -137,7 +137,10 @@ def _reduce_ndarray(arr: "np.ndarray") -> Any:
     if arr.nbytes < _strategies.get_sharing_threshold():
         return NotImplemented
     strides = arr.strides if (arr.flags.c_contiguous or arr.flags.f_contiguous) else None
-    handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr), lambda buf: _fill_mapped(buf, arr)))
+    try:
+        handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr), lambda buf: _fill_mapped(buf, arr)))
+    except _client.NoSocket:  # a sandbox: by value, as the standard pickler sends it
+        return NotImplemented
     return _rebuild_ndarray, (handle, dtype, arr.shape, strides, 0, kind, state)
 
 

@@ -87,14 +87,14 @@ class NativePools(ForkHandler):
         global _gomp_at_fork, _scan, _scan_key, _counts
         _gomp_at_fork = gnu_openmp_loaded()  # here: a child may load libgomp before it asks
         if _scan_key != len(sys.modules):
-            _scan, _scan_key = _controller(), len(sys.modules)
+            _scan, _scan_key = controller(), len(sys.modules)
             _counts = _pool_counts(_scan)
         elif _counts:  # only the thread counts change between rounds: each library's getter, not info()
             _counts = [(api, lib.num_threads, kind) for lib, (api, _, kind) in zip(_scan.lib_controllers, _counts)]
 
     def in_child(self, worker: Worker) -> None:
         global _kept
-        pools, counts = (_scan, _counts) if worker.forked and _scan is not None else (_controller(), None)
+        pools, counts = (_scan, _counts) if worker.forked and _scan is not None else (controller(), None)
         _kept = []
         if pools is None:  # the nbmp[fork-safety] extra is not installed: the variables only
             return
@@ -141,9 +141,15 @@ def stopped_at_fork(info: Dict[str, Any]) -> bool:
     return info.get("internal_api") == "openblas" and info.get("threading_layer") == "pthreads"
 
 
-def _controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
+def controller() -> Any:  # Any: a threadpoolctl.ThreadpoolController (threadpoolctl ships no types)
+    """The loaded pools, or None without threadpoolctl, whose import sets ``KMP_DUPLICATE_LIB_OK``
+    when unset: taken back, as the user's environment (and their later programs') is not nbmp's."""
+    unset = "KMP_DUPLICATE_LIB_OK" not in os.environ
     try:
         from threadpoolctl import ThreadpoolController
     except ImportError:
         return None
+    finally:
+        if unset:
+            os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
     return ThreadpoolController()
