@@ -84,10 +84,10 @@ _SYSCALLS = {
 }
 
 
-def sandboxed(source: str, refused: "list[str]", kill: bool) -> str:
+def sandboxed(source: str, refused: "list[str]", kill: bool, error: int = 1) -> str:
     """``source`` preceded by a seccomp filter, installed through ctypes as a sandbox (a hardened
-    systemd unit's ``SystemCallFilter``) would: the ``refused`` calls fail with EPERM, or, with
-    ``kill``, end the process that makes them (SIGSYS). The filter holds in every child too."""
+    systemd unit's ``SystemCallFilter``) would: the ``refused`` calls fail with ``error`` (EPERM), or,
+    with ``kill``, end the process that makes them (SIGSYS). The filter holds in every child too."""
     import platform
     numbers = [_SYSCALLS[platform.machine()][name] for name in refused]
     prelude = f"""
@@ -97,7 +97,7 @@ def sandboxed(source: str, refused: "list[str]", kill: bool) -> str:
                 _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
             class Program(ctypes.Structure):
                 _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Filter))]
-            action = {0x80000000 if kill else 0x00050000 | 1}  # SECCOMP_RET_KILL_PROCESS, or SECCOMP_RET_ERRNO | EPERM
+            action = {0x80000000 if kill else 0x00050000 | error}  # SECCOMP_RET_KILL_PROCESS, or SECCOMP_RET_ERRNO | error
             steps = [Filter(0x20, 0, 0, 0)]  # load the system call's number
             for number in {numbers!r}:
                 steps += [Filter(0x15, 0, 1, number), Filter(0x06, 0, 0, action)]  # equal: refuse

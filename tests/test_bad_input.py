@@ -219,6 +219,7 @@ def test_the_default_bound_is_a_multiple_of_the_cpus_within_the_limits():
 LOW_FILE_LIMIT = """
 import os, resource, nbmp
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+held = [os.open(os.devnull, os.O_RDONLY) for _ in range(20)]  # the program's own files
 n = nbmp.get_max_workers()
 print(n, nbmp.spawn(lambda i: i, nprocs=n) == list(range(n)))
 """

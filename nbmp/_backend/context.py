@@ -124,7 +124,7 @@ class BaseContext(context.BaseContext):
         if ctx is None:
             raise ValueError(
                 f"unknown start method {method!r}; use one of {sorted(_concrete_contexts)}"
-                f" (nbmp's default is {_first_method()!r})")
+                " (nbmp's default is 'fork')")
         return ctx
 
 
@@ -194,8 +194,7 @@ class DefaultContext(context.DefaultContext, BaseContext):
 
     def get_all_start_methods(self) -> list[str]:
         """Return the start methods this platform supports, nbmp's default first."""
-        default = _first_method()
-        return [default] + [name for name in _concrete_contexts if name != default]
+        return list(_concrete_contexts)
 
 
 _concrete_contexts: Dict[str, BaseContext] = {}
@@ -204,11 +203,7 @@ _concrete_contexts["spawn"] = SpawnContext()
 _concrete_contexts["forkserver"] = ForkServerContext()
 
 
-def _first_method() -> str:
-    return "fork" if "fork" in _concrete_contexts else "spawn"
-
-
-default_context = DefaultContext(_concrete_contexts[_first_method()])
+default_context = DefaultContext(_concrete_contexts["fork"])
 _process.default_context = default_context
 
 

@@ -59,7 +59,7 @@ def positive_int(value: Any, name: str, example: str, none_ok: bool = False, wro
 # four per CPU plus a fixed allowance (I/O-bound work, small machines), within what the
 # process's limits on processes and open files can take.
 _PER_CPU, _ALLOWANCE = 4, 32
-_FDS_PER_WORKER = 10  # a spawn worker's pipes hold 8 of the parent's descriptors while it starts, its sentinel 1
+_FDS_PER_WORKER = 10  # a spawn worker's pipes hold 8 of the parent's descriptors while it starts, its exit 1 or 2
 _max_workers: Optional[int] = None
 
 
@@ -68,7 +68,10 @@ def _default_max_workers() -> int:
     for limit, per_worker in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER), (resource.RLIMIT_NPROC, 2)):
         soft = resource.getrlimit(limit)[0]
         if soft != resource.RLIM_INFINITY and soft > 0:  # the descriptors open now stay the program's
-            used = len(os.listdir("/dev/fd")) if limit == resource.RLIMIT_NOFILE and os.path.isdir("/dev/fd") else 0
+            try:
+                used = len(os.listdir("/dev/fd")) if limit == resource.RLIMIT_NOFILE else 0
+            except OSError:  # no /dev/fd, or not one descriptor left to read it with
+                used = 0
             bound = min(bound, max(1, (soft - used) // per_worker))
     return bound
 
@@ -118,9 +121,9 @@ def worker_count(value: Any, name: str, example: str, none_ok: bool = False) -> 
     if number > limit:
         raise ValueError(
             f"{name}={number} is more workers than nbmp starts in one call (at most {limit} here: "
-            f"4 per CPU + 32, within the process's limits); each is a process that forks, so a value "
-            f"this large is usually a mistake. Use {name}={min(os.cpu_count() or 1, limit)} (the CPU count), "
-            f"or, to really start {number}, call nbmp.set_max_workers({number}) first "
+            f"4 per CPU + 32, within the process's limits on open files and processes); each is a process "
+            f"that forks. Use {name}={min(os.cpu_count() or 1, limit)} (the CPU count), or, to really start "
+            f"{number}, raise those limits (ulimit -n) or call nbmp.set_max_workers({number}) first "
             f"(or set NBMP_MAX_WORKERS={number}); see docs/reliability.md")
     return number
 

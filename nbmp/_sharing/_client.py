@@ -8,6 +8,7 @@ process's death from its connection closing.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import subprocess
@@ -88,11 +89,19 @@ class NoSocket(PermissionError):
     """This process may not open a Unix socket (a sandbox's policy): it has no janitor."""
 
 
+def reach(root: str) -> None:
+    """Connect to ``root``'s janitor if not yet connected: :class:`NoSocket` before anything is made."""
+    with _lock:
+        _connection(root)
+
+
 def _open(root: str) -> Optional[socket.socket]:
     """A connection to ``root``'s janitor, its user checked; None if none listens."""
     try:
         conn = _Connection(socket.AF_UNIX, socket.SOCK_STREAM)
-    except PermissionError as refused:
+    except OSError as refused:
+        if refused.errno not in (errno.EPERM, errno.EACCES, errno.EAFNOSUPPORT):  # seccomp; systemd's RestrictAddressFamilies
+            raise
         raise NoSocket(f"nbmp: this process may not open a Unix socket ({refused.strerror}; a sandbox's policy?), which "
                        f"shared arrays need to reach their janitor: nbmp.zeros, nbmp.empty and torch's shared tensors "
                        f"are not available here. Plain numpy arrays sent to workers go by value.") from refused

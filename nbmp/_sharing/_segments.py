@@ -150,6 +150,7 @@ def create_moved(nbytes: int, fill: Callable[[int, int], None], fill_mapped: Cal
     if _pickling.probing():  # a check's pickle, never loaded: no copy, no reference
         return Handle("", "", "", size, "-")
     root = _client.tree_root()
+    _client.reach(root)  # a sandbox that refuses sockets: known before the copy
     if _pool.poolable(size):
         handle = _refill_claimed(root, size, fill_mapped)
         if handle is not None:

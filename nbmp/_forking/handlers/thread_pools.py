@@ -87,8 +87,8 @@ class NativePools(ForkHandler):
         global _gomp_at_fork, _scan, _scan_key, _counts
         _gomp_at_fork = gnu_openmp_loaded()  # here: a child may load libgomp before it asks
         if _scan_key != len(sys.modules):
-            _scan, _scan_key = controller(), len(sys.modules)
-            _counts = _pool_counts(_scan)
+            scan = controller()
+            _counts, _scan, _scan_key = _pool_counts(scan), scan, len(sys.modules)  # together, or none: they pair up
         elif _counts:  # only the thread counts change between rounds: each library's getter, not info()
             _counts = [(api, lib.num_threads, kind) for lib, (api, _, kind) in zip(_scan.lib_controllers, _counts)]
 
