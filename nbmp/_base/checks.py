@@ -65,13 +65,13 @@ _max_workers: Optional[int] = None
 
 def _default_max_workers() -> int:
     bound = _PER_CPU * (os.cpu_count() or 1) + _ALLOWANCE
-    for limit, per_worker in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER), (resource.RLIMIT_NPROC, 2)):
+    try:
+        open_now = len(os.listdir("/dev/fd"))  # the program's descriptors stay its own
+    except OSError:  # no /dev/fd, or not one descriptor left to read it with
+        open_now = 0
+    for limit, per_worker, used in ((resource.RLIMIT_NOFILE, _FDS_PER_WORKER, open_now), (resource.RLIMIT_NPROC, 2, 0)):
         soft = resource.getrlimit(limit)[0]
-        if soft != resource.RLIM_INFINITY and soft > 0:  # the descriptors open now stay the program's
-            try:
-                used = len(os.listdir("/dev/fd")) if limit == resource.RLIMIT_NOFILE else 0
-            except OSError:  # no /dev/fd, or not one descriptor left to read it with
-                used = 0
+        if soft != resource.RLIM_INFINITY and soft > 0:
             bound = min(bound, max(1, (soft - used) // per_worker))
     return bound
 
