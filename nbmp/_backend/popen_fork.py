@@ -45,8 +45,8 @@ class _Round(threading.local):
     """This thread's open :func:`fork_round`, and whether its ``before`` handlers have run, each kept as
     the pid it holds in (0: none), so a child finds none open without writing a page."""
 
-    open_in = 0
-    quiesced_in = 0
+    open_in = quiesced_in = 0
+    hide_warning = _WARNS_ABOUT_THREADS  # whether the filters would show 3.12+'s fork warning: asked once a round
 
     @property
     def open(self) -> bool:
@@ -138,10 +138,11 @@ class Popen(PeakMemory, popen_fork.Popen):
         if not _round.quiesced:
             _forking.before_fork(getattr(process_obj, "launch", None))
             _round.quiesced_in = os.getpid() if in_round else 0
+            _round.hide_warning = _WARNS_ABOUT_THREADS and not _fork_warning_ignored()
         launch = super()._launch  # type: ignore[misc]  # stdlib private: typeshed omits it
         _collect_if_due()
         try:
-            if not _WARNS_ABOUT_THREADS or _fork_warning_ignored():
+            if not _round.hide_warning:
                 launch(_ChildEntry(process_obj, None))  # the child never returns from here
                 return
             hidden = warnings.catch_warnings()
@@ -168,8 +169,7 @@ def _collect_if_due(room: int = 100) -> None:
 def _fork_warning_ignored() -> bool:
     """Whether the filters ignore 3.12+'s fork warning anyway (the default ones do), so hiding it, which changes them for every thread, is not needed."""
     for action, message, category, module, _ in warnings.filters:
-        if issubclass(DeprecationWarning, category) and _matches(message, _FORK_WARNING) \
-                and _matches(module, popen_fork.__name__):
+        if issubclass(DeprecationWarning, category) and _matches(message, _FORK_WARNING) and _matches(module, popen_fork.__name__):
             return bool(action == "ignore")
     return False  # no filter says: the default action shows it
 

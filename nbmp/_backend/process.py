@@ -146,7 +146,8 @@ class ForkProcess(_NbmpProcess):
         if default_context is not None and default_context.get_start_method(allow_none=True) not in (None, "fork"):
             default_context.set_start_method("fork", force=True)
         # The executors' threads are gone here, a forking one too: their join at exit would fail the child (gh-88110)
-        getattr(sys.modules.get("concurrent.futures.thread"), "_threads_queues", {}).clear()
+        if queues := getattr(sys.modules.get("concurrent.futures.thread"), "_threads_queues", None):
+            queues.clear()  # not when empty: a WeakKeyDictionary's clear raises and catches a KeyError
         process.BaseProcess._after_fork()  # type: ignore[attr-defined]  # stdlib private: the standard after-fork hooks
 
 
