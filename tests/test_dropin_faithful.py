@@ -149,6 +149,14 @@ def test_a_wrong_maxtasksperchild_type_is_the_standard_value_error_and_nbmp_type
         nbmp.Pool(3, maxtasksperchild=0)
 
 
+def test_arrays_take_bytes_and_str_initializers_as_the_standard_ones_do():
+    # Python's own docs make a shared string with Array('c', b'...')
+    for make in (nbmp.Array, nbmp.RawArray, multiprocessing.Array, multiprocessing.RawArray):
+        assert make("c", b"hello")[:] == b"hello"
+        assert make("u", "hi")[:] == "hi"
+        assert make("B", b"\x01\x02")[:] == [1, 2]
+
+
 # -- a Queue keeps each producer's items whole and in order ------------------------------------
 
 

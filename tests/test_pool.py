@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import signal
 import struct
 import sys
@@ -618,20 +619,22 @@ def test_a_terminate_with_a_task_running_still_unblocks_its_threads(ctx, monkeyp
         pool.terminate()
 
 
-def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx):
+def test_failing_initializer_fails_the_call_and_closes_the_pool(ctx, capfd):
     def init() -> None:
         raise RuntimeError("no GPU here")
 
-    pool = ctx.Pool(2, initializer=init)
-    try:
-        # the first call raises the initializer's error, or finds the Pool closed because of it
-        with pytest.raises((RuntimeError, ValueError), match="no GPU here"):
-            pool.map(abs, range(4))
-        with pytest.raises(ValueError, match="initializer raised RuntimeError: no GPU here") as info:
-            pool.map(abs, range(4))
-        assert isinstance(info.value.__cause__, RuntimeError)
-    finally:
-        pool.terminate()
+    for _ in range(3):  # the first failure may come before the Pool's watcher has started
+        pool = ctx.Pool(2, initializer=init)
+        try:
+            # the first call raises the initializer's error, or finds the Pool closed because of it
+            with pytest.raises((RuntimeError, ValueError), match="no GPU here"):
+                pool.map(abs, range(4))
+            with pytest.raises(ValueError, match="initializer raised RuntimeError: no GPU here") as info:
+                pool.map(abs, range(4))
+            assert isinstance(info.value.__cause__, RuntimeError)
+        finally:
+            pool.terminate()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_map_while_the_worker_list_is_being_refilled():
@@ -903,6 +906,16 @@ def test_auto_progress_draws_its_bar_for_a_map_that_outlasts_the_delay(monkeypat
         assert pool.map(time.sleep, [0.3] * 4, chunksize=1) == [None] * 4
     err = sys.stderr.getvalue()
     assert "map(sleep): 100%|" in err and "4/4" in err and err.endswith("\n")
+
+
+def test_a_bar_that_appears_after_its_delay_counts_the_tasks_done_before(monkeypatch):
+    from nbmp._pool import progress
+    monkeypatch.setattr(progress, "AUTO_DELAY", 0.5)
+    monkeypatch.setattr(sys, "stderr", _Terminal())
+    with nbmp.Pool(2) as pool:
+        pool.map(time.sleep, [0.0] * 6 + [1.5] * 2, chunksize=1)  # six done at once, two still running at 0.5 s
+    first = re.search(r"(\d+)/8 \[", sys.stderr.getvalue())
+    assert first is not None and int(first.group(1)) >= 1, sys.stderr.getvalue()
 
 
 def test_a_closed_stderr_does_not_fail_a_map_with_a_bar(monkeypatch):

@@ -35,6 +35,10 @@ def write_views(q_in, q_out):
     q_out.put(views)
 
 
+def writeable_flags(q_in, q_out):
+    q_out.put([x.flags.writeable for x in q_in.get()])
+
+
 def facts_about(q_in, q_out):
     x = q_in.get()
     q_out.put((nbmp.is_shared(x), float(x.sum()), x.flags.writeable, type(x).__name__))
@@ -196,6 +200,21 @@ def test_small_arrays_go_by_ordinary_pickling(ctx):
     assert q_out.get(timeout=TIMEOUT) == (False, float(x.sum()), True, "ndarray")
     p.join(TIMEOUT)
     assert nbmp.shm_usage().segments == 0
+
+
+def test_an_array_sent_read_only_arrives_read_only(ctx):
+    # A view of a shared array (a handle), a big array (moved) and a small one (pickled): the
+    # receiver of a handle must not write where the sender allowed no writes.
+    shared = nbmp.zeros(100)
+    sent = [shared[:50], np.arange(2 * MiB, dtype=np.float32), np.arange(10.0), shared[50:]]
+    for a in sent[:3]:
+        a.flags.writeable = False
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=writeable_flags, args=(q_in, q_out))
+    p.start()
+    q_in.put(sent)
+    assert q_out.get(timeout=TIMEOUT) == [False, False, False, True]
+    p.join(TIMEOUT)
 
 
 def test_threshold_is_a_setting():

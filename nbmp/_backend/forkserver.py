@@ -46,8 +46,7 @@ def preload_frameworks() -> None:
     # imported once in the server, not in each worker.
     helpers = ["threadpoolctl"] if frameworks and ("threadpoolctl" in sys.modules
                                                     or importlib.util.find_spec("threadpoolctl") is not None) else []
-    # nbmp's layers whose workers the server forks (``import nbmp`` loads them on first use):
-    # those loaded here, as the frameworks.
+    # nbmp's layers whose workers the server forks (``import nbmp`` loads them on first use): those loaded here, as the frameworks.
     top = __package__.rpartition(".")[0]
     layers = [name for name in (top + "._spawn", top + "._pool") if name in sys.modules]
     # Last: the server readies itself for its workers before it forks anyone (fork_server_ready).

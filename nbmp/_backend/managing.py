@@ -218,8 +218,7 @@ class StartsFromNbmp:
     @staticmethod
     @interrupts.step
     def _finalize_manager(*args: Any, **kwargs: Any) -> None:
-        # What ``shutdown()`` runs, once: an interrupt is deferred until the server has ended, or
-        # nothing would be left to stop it.
+        # What ``shutdown()`` runs, once: an interrupt is deferred until the server has ended, or nothing would be left to stop it.
         managers.BaseManager._finalize_manager(*args, **kwargs)  # type: ignore[attr-defined]  # stdlib private
 
 

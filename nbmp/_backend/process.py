@@ -29,8 +29,7 @@ class _StartMethods(Protocol):
     def set_start_method(self, method: Optional[str], force: bool = False) -> None: ...
 
 
-# nbmp's default context, set by .context when it is made: that module imports this
-# one, so this one never imports it.
+# nbmp's default context, set by .context when it is made: that module imports this one, so this one never imports it.
 default_context: Optional[_StartMethods] = None
 
 

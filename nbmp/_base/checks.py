@@ -220,7 +220,7 @@ def array_size(value: Any, call: str, typecode_or_type: Any = "b") -> None:
     bytes (of ``typecode_or_type``'s, already checked by ``ctype``) no address space can hold is a ValueError."""
     example = f"nbmp.{call}('d', 10) or nbmp.{call}('i', [1, 2, 3])"
     if (size := _index(value)) is None:
-        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):  # a bool is not Iterable either
+        if not isinstance(value, Iterable):  # a bool is not Iterable either; bytes and str are, as the standard module takes them
             raise TypeError(f"nbmp.{call}: size_or_initializer must be a length or a sequence of values, not "
                             f"{type(value).__name__} {value!r}; e.g. {example}")
         return

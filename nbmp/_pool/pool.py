@@ -405,8 +405,9 @@ def _outcome(result: "_stdpool.ApplyResult[_T]") -> _T:
 def _report_progress(result: Any, sink: Any, target: str, watch: Watch, workers: List[Any]) -> None:
     """Emit the map's events (deaths of workers holding its tasks included) to ``sink`` from the caller's
     thread until it is done; a sink with ``timeline = False`` gets no per-chunk ``TaskRan``."""
-    job, chunks, chunksize = result._job, result._number_left, max(result._chunksize, 1)
-    run_id, total = new_run_id(), watch.lengths.get(job, 0)
+    job, chunksize, run_id = result._job, max(result._chunksize, 1), new_run_id()
+    total = watch.lengths.get(job, 0)
+    chunks = -(-total // chunksize) if total else result._number_left  # all, not those left: a delayed bar starts with some done
     ran = _chunks_ran(result) if getattr(sink, "timeline", True) else deque()
     sink.handle(RunStarted(run_id, target, watch.start_method, watch.nprocs))
     for proc in workers:  # the dashboard samples the workers' CPU and memory by pid

@@ -459,7 +459,7 @@ class Watch:
         if pool is not None:  # closed first: a caller woken by the failures below must find it closed
             pool.close()
         self._fail_all(error)
-        for call in list(self.cache.values()):  # nothing more of a broken Pool's is waited for
+        for call in list((self.cache or {}).values()):  # nothing more of a broken Pool's is waited for
             if call.__class__ is _Remainder:
                 call.drop()
 
@@ -480,7 +480,7 @@ class Watch:
                 listener(end)
 
     def _fail_all(self, error: BaseException) -> None:
-        for job, result in list(self.cache.items()):
+        for job, result in list((self.cache or {}).items()):  # None: broken before start() (a worker's initializer raised at once)
             _fail(result, getattr(result, "_index", 0), error)
 
     def _describe(self, result: Any, job: int, i: int) -> str:

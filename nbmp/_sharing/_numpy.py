@@ -133,7 +133,7 @@ def _reduce_ndarray(arr: "np.ndarray") -> Any:
         low, high = (0, arr.nbytes) if arr.flags.c_contiguous else span(arr.shape, arr.strides, arr.itemsize)
         if offset + low >= 0 and offset + high <= mapped.size:
             handle = tuple(_segments.ticket_for(mapped))
-            return _rebuild_ndarray, (handle, dtype, arr.shape, arr.strides, offset, kind, state)
+            return _rebuild_ndarray, (handle, dtype, arr.shape, arr.strides, offset, kind, state, not arr.flags.writeable)
     if arr.nbytes < _strategies.get_sharing_threshold():
         return NotImplemented
     strides = arr.strides if (arr.flags.c_contiguous or arr.flags.f_contiguous) else None
@@ -141,7 +141,7 @@ def _reduce_ndarray(arr: "np.ndarray") -> Any:
         handle = tuple(_segments.create_moved(arr.nbytes, lambda fd, size: _fill(fd, size, arr), lambda buf: _fill_mapped(buf, arr)))
     except _client.NoSocket:  # a sandbox: by value, as the standard pickler sends it
         return NotImplemented
-    return _rebuild_ndarray, (handle, dtype, arr.shape, strides, 0, kind, state)
+    return _rebuild_ndarray, (handle, dtype, arr.shape, strides, 0, kind, state, not arr.flags.writeable)
 
 
 def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
@@ -168,10 +168,11 @@ def _fill_mapped(buf: Any, arr: "np.ndarray") -> None:
 
 def _rebuild_ndarray(handle: Tuple[Any, ...], dtype: Any, shape: Tuple[int, ...],
                      strides: Optional[Tuple[int, ...]], offset: int, cls: Optional[type],
-                     state: Optional[Dict[str, Any]]) -> "np.ndarray":
+                     state: Optional[Dict[str, Any]], read_only: bool = False) -> "np.ndarray":
     import numpy as np
     buf = _segments.attach(_segments.Handle._make(handle))
     arr: np.ndarray = np.ndarray(shape, dtype, buffer=buf, offset=offset, strides=strides)  # type: ignore[arg-type, unused-ignore]  # numpy < 2.5 stubs reject a ctypes array as buffer=
+    arr.flags.writeable = not read_only  # sent read-only, it stays so (as a small array pickled in-band does)
     if cls is not None:
         arr = arr.view(cls)
         if state:

@@ -36,8 +36,7 @@ def _default_pool_bytes() -> int:
     return min(4 << 30, total // 8)
 
 
-# Freed segments kept for reuse (see _pool.py): at most this many bytes per process,
-# each given back after this many seconds unused.
+# Freed segments kept for reuse (see _pool.py): at most this many bytes per process, each given back after this many seconds unused.
 DEFAULT_POOL_IDLE = 10.0
 _pool_bytes = _default_pool_bytes()
 _pool_idle = DEFAULT_POOL_IDLE

@@ -93,8 +93,7 @@ class RunState:
     def finished(self) -> bool:
         if self.end_time is not None:
             return True
-        # Without RunFinished (not sent yet, or a dashboard that missed it) a run is over
-        # once every worker it announced has exited.
+        # Without RunFinished (not sent yet, or a dashboard that missed it) a run is over once every worker it announced has exited.
         known = len(self.workers)
         return known > 0 and known >= (self.nprocs or 0) and all(w.end_time is not None for w in self.workers.values())
 

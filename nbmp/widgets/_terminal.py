@@ -20,8 +20,7 @@ class TextView:
     script's stdout stays its data)."""
 
     def __init__(self, stream: Optional[TextIO] = None) -> None:
-        # Redrawn at the dashboard's pace; without a terminal an in-place line would leave
-        # a trail of \r in logs: summary only.
+        # Redrawn at the dashboard's pace; without a terminal an in-place line would leave a trail of \r in logs: summary only.
         self.line = LiveText(stream, {"terminal": 0.0})
         self.live = self.line.pace is not None
 
