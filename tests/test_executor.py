@@ -10,7 +10,9 @@ import os
 import pickle
 import signal
 import struct
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -166,6 +168,28 @@ def test_the_standard_executor_with_an_nbmp_context_still_refuses_lambdas():
         with pytest.raises(Exception, match="(?i)pickle|local object"):  # 3.13 words it "Can't get local object"
             ex.submit(lambda: 1).result(TIMEOUT)
         assert ex.submit(int, "5").result(TIMEOUT) == 5
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_standard_executor_with_an_nbmp_context_sees_what_its_initializer_set(method, tmp_path):
+    # The initializer travels by nbmp's pickler (by value), the calls by the standard one (by
+    # reference, into the script the worker ran again): both must use one namespace.
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""
+        import concurrent.futures, nbmp
+        SETTING = None
+        def init(value):
+            global SETTING
+            SETTING = value
+        def setting(_):
+            return SETTING
+        if __name__ == "__main__":
+            with concurrent.futures.ProcessPoolExecutor(1, mp_context=nbmp.get_context({method!r}),
+                                                        initializer=init, initargs=("set",)) as ex:
+                print(list(ex.map(setting, range(2))))
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.stdout == "['set', 'set']\n", proc.stderr
 
 
 # --------------------------------------------------------------------------

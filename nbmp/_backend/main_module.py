@@ -132,8 +132,13 @@ def _group(key: Tuple[int, int]) -> MainObjects:
 
 
 def main_namespace() -> Dict[str, Any]:
-    """This process's ``__main__`` namespace (a notebook's user namespace in a kernel)."""
-    return getattr(sys.modules.get("__main__"), "__dict__", {})
+    """This process's ``__main__`` namespace (a notebook's user namespace in a kernel). In a child
+    that re-ran the script (spawn, forkserver), the one its functions were defined in: the
+    standard ``__mp_main__`` module holds a copy, and its functions, sent by reference, read the original."""
+    namespace = getattr(sys.modules.get("__main__"), "__dict__", {})
+    if namespace.get("__name__") == "__mp_main__":
+        return next((f.__globals__ for f in namespace.values() if f.__class__ is FunctionType and f.__module__ == "__mp_main__"), namespace)
+    return namespace
 
 
 def _main_definitions() -> Dict[str, Any]:

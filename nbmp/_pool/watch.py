@@ -244,8 +244,7 @@ class Watch:
         if phase in (IDLE, WAITING, SENT):
             return  # nothing was lost
         if phase == INIT and code < 0:
-            # Killed while starting: no task was held. Only a repeated start-up death
-            # (a crashing initializer) makes the Pool unusable.
+            # Killed while starting: no task was held. Only a repeated start-up death (a crashing initializer) makes the Pool unusable.
             self.start_deaths += 1
             if self.start_deaths < 3:
                 return

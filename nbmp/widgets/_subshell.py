@@ -45,8 +45,7 @@ class ClickRoute:
         subshell_id, self.subshell_id = self.subshell_id, ""
         if not subshell_id:
             return
-        # From inside the subshell (a Stop click that ended the run) the deletion, which
-        # joins this very thread, must not be waited for.
+        # From inside the subshell (a Stop click that ended the run) the deletion, which joins this very thread, must not be waited for.
         wait = not threading.current_thread().name.endswith(subshell_id)
         with contextlib.suppress(Exception):  # already gone with the kernel
             _on_shell_channel(self._manager, lambda: self._manager._delete_subshell(subshell_id), wait)

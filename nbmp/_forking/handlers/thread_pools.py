@@ -101,8 +101,7 @@ class NativePools(ForkHandler):
         limits = {"blas": worker.threads, "openmp": openmp_threads(worker)}
         # A pool a fork stopped (here or in the fork server) is started to be capped only if asked.
         restart = not (worker.forked or worker.from_fork_server) or worker.explicit_threads
-        # Each library's own setter, not a limiter that reads every library first. Only pools over
-        # their limit (or off an explicit one).
+        # Each library's own setter, not a limiter that reads every library first. Only pools over their limit (or off an explicit one).
         for library, (api, threads, kind) in zip(pools.lib_controllers,
                                                  _pool_counts(pools) if counts is None else counts):
             if api in limits and _to_set(threads, worker, limits[api]) and kind != "torch":
