@@ -20,7 +20,7 @@ from ._backend.context import (  # noqa: F401
     BaseContext, DefaultContext, ForkContext, ForkServerContext, SpawnContext, _concrete_contexts,
     default_context as _default_context,
 )
-from ._backend.context import DefaultProcess as Process  # noqa: F401
+from ._backend.context import Process  # noqa: F401
 from ._backend.process import ForkProcess, ForkServerProcess, SpawnProcess  # noqa: F401
 
 __all__ = ()  # as the standard module's

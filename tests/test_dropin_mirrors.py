@@ -175,7 +175,7 @@ def test_reduction_mirror_uses_nbmps_pickler_and_leaves_the_standard_one_alone()
 
 def test_context_mirror_holds_nbmps_contexts():
     assert nbmp.context.SpawnContext is nbmp._backend.context.SpawnContext
-    assert nbmp.context.Process is nbmp._backend.context.DefaultProcess
+    assert nbmp.context.Process is nbmp.Process is nbmp._backend.context.Process
     assert nbmp.context.assert_spawning is multiprocessing.context.assert_spawning
 
 

@@ -9,12 +9,12 @@ stdlib's is ``"spawn"`` on macOS and ``"forkserver"`` on Linux from 3.14), and i
 from __future__ import annotations
 
 from multiprocessing import context, process
-from typing import Any, Callable, Dict, Iterable, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, Optional
 
 from .. import _base, _forking
 from . import process as _process
 
-__all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "DefaultProcess",
+__all__ = ["BaseContext", "ForkContext", "SpawnContext", "ForkServerContext", "DefaultContext", "Process",
            "default_context", "register_factory", "register_plugin", "plugin", "workers_context"]
 
 # ``Pool``, ``Manager`` and ``cluster=`` come from upper layers, which register here (``import nbmp``
@@ -143,8 +143,9 @@ class ForkServerContext(BaseContext):
     Process = _process.ForkServerProcess
 
 
-class DefaultProcess(_process._NbmpProcess):
-    """``nbmp.Process``: started by the method nbmp's default context names (fork first).
+class Process(_process._NbmpProcess):
+    """``nbmp.Process``: started by the method nbmp's default context names (fork first). Its name
+    is the standard class's: processes are ``Process-N`` (logging's ``%(processName)s``) and reprs ``<Process ...>``.
 
     Example::
 
@@ -153,12 +154,6 @@ class DefaultProcess(_process._NbmpProcess):
     """
 
     _start_method = None
-
-    def __init__(self, group: None = None, target: Optional[Callable[..., Any]] = None, name: Optional[str] = None,
-                 args: Any = (), kwargs: Any = {}, *, daemon: Optional[bool] = None) -> None:
-        super().__init__(group, target, name, args, kwargs, daemon=daemon)
-        if not name:  # named as multiprocessing.Process names its own (logging's %(processName)s shows it)
-            self.name = "Process-" + self.name.partition("-")[2]
 
     @staticmethod
     def _Popen(process_obj: process.BaseProcess) -> Any:
@@ -172,7 +167,7 @@ class DefaultProcess(_process._NbmpProcess):
 class DefaultContext(context.DefaultContext, BaseContext):
     """nbmp's default context: the stdlib's semantics, nbmp's contexts, fork first."""
 
-    Process = DefaultProcess  # type: ignore[assignment]  # nbmp's process classes subclass BaseProcess, not the stdlib's Process
+    Process = Process  # type: ignore[assignment]  # nbmp's process classes subclass BaseProcess, not the stdlib's Process
 
     def set_start_method(self, method: Optional[str], force: bool = False) -> None:
         """Set nbmp's default start method (once, like the stdlib; ``force=True`` to change it)."""
