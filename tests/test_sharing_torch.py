@@ -142,6 +142,22 @@ def test_share_makes_torch_see_the_tensor_as_shared():
     assert t.tolist() == [0, 1, 102, 103, 104, 5, 6, 7, 8, 9]
 
 
+@pytest.mark.parametrize("how", ["nbmp.share", "sent once"])
+def test_a_tensor_in_nbmp_shared_memory_crosses_torchs_own_queues(how):
+    # A DataLoader's workers send their batches, views of the dataset's storage, through
+    # torch.multiprocessing's queues, whose default strategy passes the storage's descriptor.
+    from torch.utils.data import DataLoader, TensorDataset
+    x = torch.arange(12.0).reshape(6, 2)
+    if how == "nbmp.share":
+        nbmp.share(x)
+    else:
+        q = nbmp.SimpleQueue()
+        q.put(x)  # moves its storage into nbmp's shared memory, in place
+        q.get()
+    loader = DataLoader(TensorDataset(x), batch_size=None, num_workers=2, timeout=TIMEOUT)
+    assert [batch[0].tolist() for batch in loader] == x.tolist()
+
+
 def test_non_leaf_tensor_requiring_grad_is_refused():
     x = torch.ones(1 << 19, requires_grad=True) * 2
     a, b = nbmp.Pipe()

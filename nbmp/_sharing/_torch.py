@@ -86,7 +86,7 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
     if nbytes == 0:  # nothing to move; torch's share_memory_ of an empty tensor is a no-op too
         return t
     by_torch: List[Any] = []
-    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(torch.UntypedStorage.from_file(f"/proc/self/fd/{fd}", True, size)))
+    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(torch.UntypedStorage._new_shared_fd_cpu(fd, size)))  # type: ignore[attr-defined, unused-ignore]  # torch private: the shared-fd storage its own rebuild_storage_fd makes
     moved = by_torch[0]
     moved.copy_(storage)
     swap: Any = storage  # torch private, untyped (and torch may be absent where mypy runs)
