@@ -10,6 +10,7 @@ import pytest
 
 import nbmp
 from conftest import TIMEOUT
+from helpers import run_main
 
 torch = pytest.importorskip("torch")
 
@@ -156,6 +157,22 @@ def test_a_tensor_in_nbmp_shared_memory_crosses_torchs_own_queues(how):
         q.get()
     loader = DataLoader(TensorDataset(x), batch_size=None, num_workers=2, timeout=TIMEOUT)
     assert [batch[0].tolist() for batch in loader] == x.tolist()
+
+
+def test_tensors_moved_by_the_hundred_leave_the_program_its_descriptors():
+    # A moved storage keeps a descriptor for torch's own queues, but only a bounded number do.
+    out = run_main("""
+        import os, resource, nbmp, torch
+        resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        tensors = [torch.full((4,), float(i)) for i in range(300)]
+        q = nbmp.SimpleQueue()
+        for t in tensors:
+            q.put(t)
+            q.get()
+        open(os.devnull).close()
+        print(all(nbmp.is_shared(t) for t in tensors), len(os.listdir("/proc/self/fd")) <= 64)
+    """)
+    assert out == "True True\n"
 
 
 def test_non_leaf_tensor_requiring_grad_is_refused():

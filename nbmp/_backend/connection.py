@@ -162,8 +162,7 @@ def Client(address: Any, family: Optional[str] = None, authkey: Optional[bytes] 
 
 
 def _upgrade(end: connection.Connection) -> Connection:
-    # Connection adds no state to the stdlib class, so retyping the stdlib's
-    # object is exact and keeps its handle (no dup, no second pipe).
+    # Connection adds no state to the stdlib class, so retyping the stdlib's object is exact and keeps its handle (no dup, no second pipe).
     end.__class__ = Connection
     return end  # type: ignore[return-value]  # retyped by the __class__ assignment above
 

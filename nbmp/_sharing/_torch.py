@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import pickle
+import resource
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
@@ -47,11 +48,14 @@ _moved: Dict[int, Tuple[_segments.Mapped, Any]] = {}
 
 
 _moved_by_seg: Dict[str, "weakref.ref[Any]"] = {}
+_kept_fds = 0  # moved storages that keep a descriptor, which torch's own queues pass: at most a quarter of the file limit
 
 
-def _forget(start: int, seg: str) -> None:
+def _forget(start: int, seg: str, kept: bool) -> None:
+    global _kept_fds
     _moved.pop(start, None)
     _moved_by_seg.pop(seg, None)
+    _kept_fds -= kept
 
 
 def _storage_segment(t: "torch.Tensor") -> Optional[Tuple[_segments.Mapped, int]]:
@@ -85,8 +89,11 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
     nbytes = storage.nbytes()
     if nbytes == 0:  # nothing to move; torch's share_memory_ of an empty tensor is a no-op too
         return t
+    global _kept_fds
     by_torch: List[Any] = []
-    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(torch.UntypedStorage._new_shared_fd_cpu(fd, size)))  # type: ignore[attr-defined, unused-ignore]  # torch private: the shared-fd storage its own rebuild_storage_fd makes
+    keep = _kept_fds < resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4  # beyond: a storage torch's queues cannot pass
+    buf = _segments.create(nbytes, lambda fd, size: by_torch.append(  # torch private: the storage its own rebuild_storage_fd makes
+        torch.UntypedStorage._new_shared_fd_cpu(fd, size) if keep else torch.UntypedStorage.from_file(f"/proc/self/fd/{fd}", True, size)))  # type: ignore[attr-defined, unused-ignore]
     moved = by_torch[0]
     moved.copy_(storage)
     swap: Any = storage  # torch private, untyped (and torch may be absent where mypy runs)
@@ -97,7 +104,8 @@ def share_(t: "torch.Tensor") -> "torch.Tensor":
     start = storage.data_ptr()
     _moved[start] = (mapped, buf)
     _moved_by_seg[mapped.seg] = weakref.ref(storage)
-    _finalizers.on_death(storage, _forget, start, mapped.seg)
+    _kept_fds += keep
+    _finalizers.on_death(storage, _forget, start, mapped.seg, keep)
     return t
 
 
