@@ -121,6 +121,7 @@ class Pool(_stdpool.Pool):
         # The stdlib's start of the first workers, in one round of forks
         # (nbmp._backend.popen_fork.fork_round): the fork handlers run once for them all. A
         # replacement worker is started the stdlib's way, by its worker-handler thread.
+        self._watch.cache = self._cache  # before any worker: one whose initializer fails at once fails the calls in it
         made = []
         for _ in range(self._processes - len(self._pool)):
             w = self.Process(self._ctx, target=_stdpool.worker,  # type: ignore[attr-defined]  # stdlib private: typeshed omits it

@@ -145,7 +145,6 @@ class Watch:
         """The Pool's workers and threads run: start the watcher now where it samples the workers'
         memory (``_Worker.sample_rss``), else at the first replacement or :meth:`watch_now`."""
         self._pool = weakref.ref(pool)  # never keep the Pool alive: its finalizer ends the workers
-        self.cache = pool._cache
         if self._wanted or self.start_method != "fork":
             self.watch_now()
 
@@ -458,7 +457,7 @@ class Watch:
         if pool is not None:  # closed first: a caller woken by the failures below must find it closed
             pool.close()
         self._fail_all(error)
-        for call in list((self.cache or {}).values()):  # nothing more of a broken Pool's is waited for
+        for call in list(self.cache.values()):  # nothing more of a broken Pool's is waited for
             if call.__class__ is _Remainder:
                 call.drop()
 
@@ -479,7 +478,7 @@ class Watch:
                 listener(end)
 
     def _fail_all(self, error: BaseException) -> None:
-        for job, result in list((self.cache or {}).items()):  # None: broken before start() (a worker's initializer raised at once)
+        for job, result in list(self.cache.items()):
             _fail(result, getattr(result, "_index", 0), error)
 
     def _describe(self, result: Any, job: int, i: int) -> str:
