@@ -23,7 +23,7 @@ LAYERS: List[Tuple[str, ...]] = [
     ("nbmp.widgets",),                        # the dashboard: state -> text / ipywidgets
     ("nbmp._spawn", "nbmp._pool"),            # the two ways to run work
     ("nbmp._cluster",),                       # spawn and Pool on Dask: a rank there is a one-process spawn
-    ("nbmp._notebook",),                      # %load_ext nbmp, %%nbmp
+    ("nbmp._notebook", "nbmp.joblib"),        # %load_ext nbmp, %%nbmp; the joblib backend
     # the public mirrors of the standard submodules
     ("nbmp.managers", "nbmp.shared_memory", "nbmp.connection", "nbmp.context", "nbmp.dummy", "nbmp.heap",
      "nbmp.pool", "nbmp.process", "nbmp.queues", "nbmp.reduction", "nbmp.sharedctypes", "nbmp.synchronize",

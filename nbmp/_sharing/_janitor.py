@@ -4,40 +4,8 @@ Run as a script (``python -I -S _janitor.py ROOT_PID``, the tree's key on its st
 stdlib only, so that it starts in milliseconds and never imports the user's code. The key
 is ``<root pid>-<secret>`` (``nbmp._base.util.tree``); the janitor binds the address made
 from it (exactly one janitor per tree: a second one finds the name taken and exits),
-detaches, and then serves line messages, from processes of its own user only:
-
-    plan PATH            the sender is about to create the file PATH (file_system): it is
-                         unlinked if the sender dies before its "new"/"nt" (or when the root dies)
-    new S SIZE PATH      a segment, held once by the sender (file descriptor attached when PATH is -)
-    nt S T SIZE PATH     a segment held only by the in-flight ticket T (fd attached when PATH is -)
-    tkt S T              one more reference to S, carried by the in-flight ticket T
-    take T               T's reference becomes the sender's hold; reply "ok S" (+ the fd) or "err"
-    own T                the same without a reply (file_system: the receiver opened the path itself)
-    drop T               T's reference is dropped (the receiver already maps S)
-    forget T             T's message was dropped unread: its reference goes if nobody took it yet
-    rel S                the sender lets go of one hold of S
-    board                the sender's board (fd attached): tickets it pocketed, dropped when it goes
-    ntp S T SIZE - IDLE  as nt, and S returns to the sender's pool when its last reference goes
-    newp S SIZE - IDLE   as new, likewise
-    claim T|- S1 S2 ...  the first free pooled S of the sender's, now held by ticket T (- : by the
-                         sender); reply "S gone..." or "- gone..." (gone: pooled ones freed since)
-    unpool S             S is freed, not pooled, when its last reference goes (now if it is free)
-    taint S              likewise: a process forked while it mapped S, so a child may still use it
-    pooled               reply "S:SIZE ..." (the free segments kept in pools)
-    stat                 reply "SEGMENTS BYTES TICKETS"
-    list                 reply "S:SIZE S:SIZE ..." (every live segment; empty line if none)
-
-A ticket is a bearer secret (128 random bits): its sender registers it ("nt"/"tkt") before the
-message carrying it leaves, so a "take", "own" or "drop" of a ticket still unknown once the
-janitor has read everything every process sent before it names no ticket anybody sent: a
-"take" is refused, the others are ignored.
-
-A segment is freed (fd closed, file unlinked) when its last reference goes, or, if pooled
-(``_pool.py``), kept for its maker to claim until unused IDLE seconds (then its pages are punched
-out) or its maker goes. A closed connection lets go of its holds and of the tickets on its board
-(``_pocket.py``); other tickets survive it, as their message may still be read. When the root
-dies, the janitor reads what its processes still send for up to LAST_WORDS seconds, frees every
-segment and exits.
+detaches, and then serves line messages, from processes of its own user only: the protocol and
+the rules for tickets and for freeing are in docs/design.md (the janitor's protocol).
 """
 
 from __future__ import annotations
