@@ -1,16 +1,9 @@
 """``multiprocessing.managers`` with nbmp's default context.
 
-Mirrors the standard module. What differs: ``BaseManager``, ``SyncManager`` and
-``SharedMemoryManager`` start their server process from nbmp's default context
-(fork first), so a registry that holds a lambda or a class defined in a
-notebook cell starts under spawn and forkserver too; and their proxies talk to the
-server over nbmp's connections (the serializer ``"nbmp"``, the default), so what a
-proxy sends is pickled as everything else nbmp sends: a lambda, a cell-defined
-object, a shared array as a handle. ``serializer="pickle"`` gives the standard
-pickler back. The server process, started from an nbmp context, is one of nbmp's
-workers: SIGINT is ignored from its first instruction, and it ends when the process that
-started it dies (the standard one lives on after a SIGKILL of its parent, holding what it
-holds). Registering on these classes never touches the standard classes' registries.
+Mirrors the standard module. What differs (docs/dropin.md): the managers' server starts from
+nbmp's default context (fork first) as one of nbmp's workers (it ignores SIGINT and dies with its
+starter), and proxies talk over nbmp's connections (serializer ``"nbmp"``, the default; ``"pickle"``
+gives the standard one back), so lambdas, cell-defined classes and shared arrays cross them.
 
 Example::
 

@@ -266,6 +266,23 @@ def test_a_call_refused_by_the_pickler_leaves_no_worker_running(start_method, re
     assert all(w.exitcode is not None for w in workers)
 
 
+@pytest.mark.parametrize("wait", [True, False])
+def test_an_interrupt_between_the_first_forks_leaves_no_worker_after_shutdown(wait):
+    forks = []
+
+    def interrupt_at_the_second():  # the interrupt button, pressed as the first map starts its workers
+        forks.append(1)
+        if len(forks) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    ex = nbmp.ProcessPoolExecutor(4)
+    with nbmp.register_fork_handler(after_in_parent=interrupt_at_the_second):
+        with pytest.raises(KeyboardInterrupt):
+            list(ex.map(abs, range(8)))
+    ex.shutdown(wait=wait, cancel_futures=True)
+    wait_until(lambda: not nbmp.active_children(), "the workers forked before the interrupt ended", TIMEOUT)
+
+
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -195,6 +195,12 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             raise
         return super().submit(_call_pickled, _pickling.Pickled(data), inherited)
 
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._shutdown_lock:  # workers forked by a submit an interrupt cut before its manager thread: it stops them
+            if self._processes and self._executor_manager_thread is None:
+                self._start_executor_manager_thread()
+        super().shutdown(wait, cancel_futures=cancel_futures)
+
     def _workers_inherit(self) -> Optional[MainObjects]:
         """Under fork, what the workers inherited of ``__main__`` (started here, before the first call is
         pickled), which ``submit`` pickles under and the worker sends its value under; else None."""
