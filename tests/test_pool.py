@@ -1217,3 +1217,29 @@ def test_an_interrupt_while_a_pool_lets_go_of_its_queues_is_raised_not_lost():
     with pytest.raises(KeyboardInterrupt):
         pool.terminate()
     assert pool._inqueue is None and pool._watch.inqueue is None
+
+
+def test_ctrl_c_pressed_twice_during_a_map_still_stops_every_worker():
+    out = run_main("""
+        import os, signal, threading, time, nbmp
+        def press_twice():  # the second lands while the first one's terminate() stops the workers
+            time.sleep(0.3)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.001)
+            os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(3):
+            threading.Thread(target=press_twice).start()
+            try:
+                with nbmp.Pool(2) as pool:
+                    pool.map(time.sleep, [0.5] * 8, chunksize=1)
+            except KeyboardInterrupt:
+                pass
+            settled = time.monotonic() + 1
+            while time.monotonic() < settled:
+                try:
+                    time.sleep(0.05)
+                except KeyboardInterrupt:  # the second press, raised once the first one's stop was done
+                    pass
+            print(len(nbmp.active_children()))
+    """)
+    assert out.split() == ["0", "0", "0"]

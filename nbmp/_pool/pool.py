@@ -180,6 +180,7 @@ class Pool(_stdpool.Pool):
         if self._state == _stdpool.CLOSE:
             self._watch.read_late_results(self._result_handler)  # type: ignore[attr-defined]  # stdlib private
 
+    @_interrupts.step  # a second interrupt (Ctrl-C pressed twice) is raised once every worker is stopped
     def terminate(self) -> None:
         """Stop the workers now; pending calls are abandoned (the stdlib's semantics)."""
         # Deaths from here on are the terminate's own: the watcher leaves first, so that it
