@@ -10,7 +10,7 @@ from typing import Any
 import joblib
 from joblib.parallel import FallbackToBackend, MultiprocessingBackend, SequentialBackend
 
-from ._pool import Pool
+from nbmp._pool import Pool  # absolute: also right when CPython's tests import this file as multiprocessing.joblib
 
 __all__ = ["NbmpBackend"]
 
