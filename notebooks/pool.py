@@ -101,3 +101,33 @@ except BadInput as error:
 
 # %%
 pool.terminate()
+
+# %% [markdown]
+# ## scikit-learn on nbmp's workers
+#
+# `import nbmp.joblib` gives joblib a `"nbmp"` backend: scikit-learn's `n_jobs` then runs on an
+# `nbmp.Pool`, whose forked workers take an estimator defined in this notebook.
+
+# %%
+try:
+    import joblib
+    import nbmp.joblib
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.datasets import make_classification
+    from sklearn.model_selection import cross_val_score
+except ImportError:
+    joblib = None
+    print("joblib or scikit-learn is not installed: skipping this cell")
+
+if joblib is not None:
+    class Majority(BaseEstimator, ClassifierMixin):   # defined in a cell
+        def fit(self, X, y):
+            self.label_ = max(set(y), key=list(y).count)
+            return self
+
+        def predict(self, X):
+            return [self.label_] * len(X)
+
+    X, y = make_classification(100, random_state=0)
+    with joblib.parallel_config(backend="nbmp", n_jobs=2):
+        print("accuracy per fold:", [round(float(s), 2) for s in cross_val_score(Majority(), X, y, cv=4)])
