@@ -6,8 +6,8 @@ VENV ?= .venv-$(PYVER)
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip -q --disable-pip-version-check
 # Only `make test` (and the targets built on its virtualenv) installs torch, and only on
-# Python 3.11. The `+cpu` label matches the CPU build alone (pip's find-links or
-# https://download.pytorch.org/whl/cpu); where none is reachable the install is skipped and
+# Python 3.11. The `+cpu` label matches the CPU build alone (found only where pip is configured
+# with a wheel directory or https://download.pytorch.org/whl/cpu); where none is reachable the install is skipped and
 # the torch tests skip, so the pin can never pull PyPI's CUDA build of several GB.
 # WITH_TORCH=0 skips it too.
 TORCH_PIN := torch==2.13.0+cpu

@@ -280,6 +280,19 @@ def test_widget_tree_is_built_once_and_updated_by_traits(in_kernel):
     assert dashboard_threads() == []
 
 
+def test_an_interrupted_run_ends_with_a_red_bar_though_no_worker_raised(in_kernel):
+    d = widget_dashboard()
+    d.display()
+    events = run_events(34, nprocs=2)[:-3]  # started; then the interrupt's stop, which no worker raised
+    events += [ev.WorkerExited(run_id=34, index=i, exitcode=-15, killed_by_us=True, stopped="interrupt") for i in range(2)]
+    for event in events + [ev.RunFinished(run_id=34, ok=False)]:
+        d.handle(event)
+    assert d._view._runs[34].progress.bar_style == "danger"
+    bundle, _ = _Handle.updates[-1]  # the snapshot a saved notebook keeps
+    assert "failed" in bundle["text/plain"] and "background:#c62828" in bundle["text/html"]
+    d.close()
+
+
 def test_the_widget_gives_way_to_a_static_snapshot_when_no_run_is_live(in_kernel):
     """What a notebook saved without widget state keeps: html with no widget mimetype."""
     d = widget_dashboard()

@@ -57,3 +57,19 @@ def test_pool_task_error_reaches_the_caller():
     with nbmp.Pool(1) as pool:
         with pytest.raises(nbmp.PicklingError, match="_thread.lock"):
             pool.apply_async(print, (threading.Lock(),)).get(TIMEOUT)
+
+
+def test_a_pool_function_is_blamed_by_its_default_in_the_users_words():
+    with nbmp.get_context("spawn").Pool(1) as pool:
+        with pytest.raises(nbmp.PicklingError) as info:
+            pool.map(lambda x, guard=threading.Lock(): x, [1, 2])
+    message = str(info.value)
+    assert "the function<default guard> (_thread.lock object)" in message
+    assert "Prepickled" not in message and "sent[" not in message  # the Pool's own wrapping is not the user's
+
+
+def test_a_task_called_with_the_wrong_arguments_says_that_none_of_its_code_ran():
+    with nbmp.Pool(1) as pool:
+        with pytest.raises(TypeError, match="missing 1 required positional argument") as info:
+            pool.map(lambda a, b: a, [1])
+    assert "no frame of the task's own code ran" in str(info.value.__cause__)

@@ -27,8 +27,7 @@ _joined_at_exit_in: List[int] = []  # the pid whose exit function joins them (a 
 
 
 def start(target: Callable[..., Any], *args: Any, name: str) -> threading.Thread:
-    """Start a daemon thread that the interpreter's exit waits for (see the module's docstring).
-    """
+    """Start a daemon thread that the interpreter's exit waits for (see the module's docstring)."""
     thread = threading.Thread(target=target, args=args, name=name, daemon=True)
     with _lock:
         if _joined_at_exit_in != [os.getpid()]:

@@ -34,11 +34,6 @@ __all__ = ["PicklingError", "Pickled", "dumps", "dumps_plain", "plain", "loads",
 
 Reducer = Callable[[Any], Tuple[Any, ...]]
 
-# Exceptions that pickling raises for an object that cannot be pickled.
-# RuntimeError: the stdlib's refusals (a fork-context lock sent to a spawned worker, a
-# Lock put on a Queue) and torch's (a non-leaf tensor that requires grad).
-PICKLE_ERRORS = (pickle.PicklingError, TypeError, AttributeError, ValueError, NotImplementedError, RuntimeError)
-
 loads = pickle.loads
 
 
@@ -306,6 +301,8 @@ def dumps_explained(obj: Any, roots: Mapping[str, Any], action: str) -> bytes:
     a user would recognise: ``{"target": ..., "args": ...}``); ``action`` says why pickling was needed."""
     try:
         return dumps(obj)
+    except PicklingError:
+        raise  # explained already, by a part that pickles itself this way (a Pool's function)
     except Exception as exc:
         if refused_by_pickler(exc):
             raise unpicklable(exc, roots, action) from exc
@@ -463,18 +460,18 @@ def _children(path: str, obj: Any) -> Iterator[Tuple[str, Any]]:
         yield from ((f"{path}[{key!r}]", value) for key, value in obj.items())
     elif hasattr(obj, "__dict__") and not isinstance(obj, type):
         yield from ((f"{path}.{key}", value) for key, value in vars(obj).items())
-    cells = getattr(obj, "__closure__", None) or ()
-    names = getattr(getattr(obj, "__code__", None), "co_freevars", ())
-    yield from ((f"{path}<closure {name}>", cell.cell_contents) for name, cell in zip(names, cells))
+    if isinstance(obj, FunctionType):
+        code, defaults = obj.__code__, obj.__defaults__ or ()
+        named = [*zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults), *(obj.__kwdefaults__ or {}).items()]
+        yield from ((f"{path}<default {name}>", value) for name, value in named)
+        yield from ((f"{path}<closure {name}>", cell.cell_contents) for name, cell in zip(code.co_freevars, obj.__closure__ or ()))
 
 
 def _picklable(obj: Any) -> bool:
     try:
         with _probing():
             dumps(obj)
-    except PICKLE_ERRORS:
-        return False
-    except Exception:  # anything else a __reduce__ may raise: still the culprit
+    except Exception:  # a refusal, or anything else a __reduce__ may raise: the culprit either way
         return False
     return True
 

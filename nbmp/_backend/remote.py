@@ -117,7 +117,8 @@ class _Stub(Exception):
 
 
 def _render(frames: List[Frame], tail: str, chain: str) -> str:
-    lines = [chain, "Traceback (most recent call last):\n"]
+    lines = [chain, "Traceback (most recent call last):\n" if frames else  # raised as the function was called, or in C
+             "(no frame of the task's own code ran: its function is built in, or was called with the wrong arguments)\n"]
     for filename, lineno, name, line in frames:
         lines.append(f'  File "{filename}", line {lineno}, in {name}\n')
         line = line or linecache.getline(filename, lineno).strip()

@@ -46,8 +46,7 @@ def how_it_ended(exitcode: int) -> str:
 
 
 def likely_cause(exitcode: int, stopped: str = "", rss: Optional[int] = None) -> Optional[str]:
-    """What probably ended a worker, as a sentence fragment; None for a clean exit (code 0).
-    """
+    """What probably ended a worker, as a sentence fragment; None for a clean exit (code 0)."""
     if stopped:
         cause = STOP_REASONS.get(stopped, f"stopped by nbmp ({stopped})")
     elif exitcode == 0:

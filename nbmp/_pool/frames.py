@@ -45,8 +45,7 @@ class _Settled(Exception):
 
 
 class FrameReader:
-    """Reads the frames of one connection (the Pool's result queue); see the module's docstring.
-    """
+    """Reads the frames of one connection (the Pool's result queue); see the module's docstring."""
 
     def __init__(self, conn: Any, release: Callable[[], None]) -> None:
         self.conn = conn  # keeps its descriptor open

@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 from ._history import pool_note
 from ._state import DashboardState, RunState, WorkerState
 from ._svg import as_images, legend, sparkline, timeline
-from ._text import WORKER_COLUMNS, counts_text, fmt_bytes, fmt_cpu, run_title, shm_text, summary_table, worker_cells
+from ._text import WORKER_COLUMNS, counts_text, failed, fmt_bytes, fmt_cpu, run_title, shm_text, summary_table, worker_cells
 
 __all__ = ["RunSnapshot", "Snapshot", "snapshot", "static_html", "html_document", "shm_html", "timeline_html"]
 
@@ -32,6 +32,7 @@ class RunSnapshot:
     failures: Tuple[Tuple[str, str], ...]  # (accordion title, traceback HTML) per failed worker
     outputs: Tuple[Tuple[int, str], ...]  # (worker index, recent output HTML) per worker that printed
     finished: bool
+    failed: bool  # finished, and not well: the bar turns red
     timeline: str = ""  # a Pool's tasks per worker over time, and the note on its chunks ("" for others)
 
 
@@ -68,7 +69,7 @@ def _run_snapshot(run: RunState, now: float) -> RunSnapshot:
         table=_table_html(workers, now),
         failures=tuple((_failure_title(w), _traceback_html(w)) for w in workers if w.exception is not None),
         outputs=tuple((w.index, _output_html(w)) for w in workers if w.output or w.status),
-        finished=run.finished,
+        finished=run.finished, failed=run.finished and failed(run),
         timeline=timeline_html(run, now),
     )
 
@@ -157,7 +158,7 @@ def static_html(snap: Snapshot, note: str = SNAPSHOT_NOTE) -> str:
 def _static_run(run: RunSnapshot) -> str:
     bar = ""
     if run.progress is not None:
-        color = "#1565c0" if not run.finished else ("#c62828" if run.failures else "#2e7d32")
+        color = "#1565c0" if not run.finished else ("#c62828" if run.failed else "#2e7d32")
         bar = (f"<div style='display:flex;align-items:center;gap:8px'><div style='width:300px;height:10px;"
                f"background:#eee'><div style='width:{run.progress * 100:.1f}%;height:10px;background:{color}'>"
                f"</div></div>{run.progress_label}</div>")

@@ -80,7 +80,7 @@ class _RunWidgets:
         self.title.value = snap.title
         self.progress.layout.display = _HIDDEN if snap.progress is None else _SHOWN
         self.progress.value = snap.progress or 0.0
-        self.progress.bar_style = "" if not snap.finished else ("danger" if snap.failures else "success")
+        self.progress.bar_style = "" if not snap.finished else ("danger" if snap.failed else "success")
         self.progress_label.value = snap.progress_label
         self.table.value = snap.table
         if snap.timeline:

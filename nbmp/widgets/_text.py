@@ -62,9 +62,13 @@ def run_title(run: RunState, now: float) -> str:
     n = run.nprocs if run.nprocs is not None else len(run.workers)
     title = f"{run.target} [{run.start_method}, {n} worker{'s' if n != 1 else ''}] {fmt_duration(run.elapsed(now))}"
     if run.finished:
-        failed = run.ok is False or any(w.state == "failed" for w in run.workers.values())
-        title += " - failed" if failed else " - finished"
+        title += " - failed" if failed(run) else " - finished"
     return title
+
+
+def failed(run: RunState) -> bool:
+    """Whether a finished run failed: it said so (an interrupt, a Stop), or a worker failed."""
+    return run.ok is False or any(w.state == "failed" for w in run.workers.values())
 
 
 def shm_text(shm: ShmState) -> str:
