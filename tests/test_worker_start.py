@@ -482,10 +482,12 @@ def test_a_sandbox_that_kills_on_scheduling_and_realtime_signal_calls_runs_every
 
 
 @SECCOMP
-def test_a_sandbox_that_refuses_memfd_create_leaves_pools_and_shared_arrays_working():
+@pytest.mark.parametrize("imported_first", [False, True])
+def test_a_sandbox_that_refuses_memfd_create_leaves_pools_and_shared_arrays_working(imported_first):
     # memfd_create refused (EPERM), as a sandbox may: a Pool's slots and shared arrays use files in a
-    # directory instead, as where there is no memfd_create at all.
-    out = run_main(sandboxed("""
+    # directory instead, as where there is no memfd_create at all. A service that imports first and
+    # then locks itself down keeps the strategy it had, its files unlinked as soon as they are made.
+    out = run_main(("import nbmp\n" if imported_first else "") + sandboxed("""
         import nbmp
         for method in ("fork", "spawn"):
             with nbmp.get_context(method).Pool(2) as pool:
@@ -494,7 +496,7 @@ def test_a_sandbox_that_refuses_memfd_create_leaves_pools_and_shared_arrays_work
                               start_method=method) == [float(1 << 18)] * 2
         print(nbmp.get_sharing_strategy())
     """, ["memfd_create"], kill=False))
-    assert out.strip() == "file_system"
+    assert out.strip() == ("file_descriptor" if imported_first else "file_system")
 
 
 @SECCOMP

@@ -16,12 +16,13 @@ import termios
 import fcntl
 import signal
 import sys
+import tempfile
 import threading
 import time
 from typing import Any, List, Optional, Tuple
 
 __all__ = [
-    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "NOSIGNAL", "widen_pipe",
+    "prepare", "alive", "die_with_parent", "signal_descendants", "load_libc", "HAVE_MEMFD", "anonymous_file", "NOSIGNAL", "widen_pipe",
     "set_thread_name", "get_thread_name", "flush_c_stdio", "WakeUp", "INTERRUPT_SLICE", "wait_slice", "room", "ready", "read_nowait",
 ]
 
@@ -159,8 +160,7 @@ def _children(pid: int) -> List[int]:
 
 
 def _stat(pid: int) -> List[bytes]:
-    """The fields of /proc/``pid``/stat after the command name: state, parent, process group, ...;
-    [] for a process gone."""
+    """The fields of /proc/``pid``/stat after the command name: state, parent, process group, ...; [] for a process gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()
@@ -214,6 +214,20 @@ def _memfd_works() -> bool:
 
 
 HAVE_MEMFD = _memfd_works()  # else: files in a directory (a Pool's slots, shared memory's "file_system")
+
+
+def anonymous_file(name: str) -> int:
+    """A file without a name (``memfd_create``), else, where that is refused (a sandbox, maybe set up
+    since the import: from then on every caller is sent here), one unlinked at once in /dev/shm or /tmp."""
+    global HAVE_MEMFD
+    if HAVE_MEMFD:
+        try:
+            return os.memfd_create(name, os.MFD_CLOEXEC)
+        except OSError:
+            HAVE_MEMFD = False
+    fd, path = tempfile.mkstemp(prefix=f"{name}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    os.unlink(path)
+    return fd
 # A send to a peer that has gone gets EPIPE, never a SIGPIPE that ends a program that restored its default.
 NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 

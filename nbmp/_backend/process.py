@@ -106,8 +106,7 @@ class _NbmpProcess(process.BaseProcess):
         return super()._bootstrap(parent_sentinel)  # type: ignore[misc,no-any-return]  # stdlib private: typeshed omits it
 
     def _start_worker(self) -> None:
-        """A worker's first steps, any start method: SIGINT ignored, death with its starter,
-        nbmp's fork-safety resets."""
+        """A worker's first steps, any start method: SIGINT ignored, death with its starter, nbmp's fork-safety resets."""
         _interrupts.for_worker()
         parent = self.launch.parent
         # Not direct under forkserver (the server is the OS parent), nor when a thread other

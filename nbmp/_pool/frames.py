@@ -71,8 +71,7 @@ class FrameReader:
         return len(self._buf) > self._pos or self._poll_pipe(timeout)
 
     def discard(self) -> None:
-        """Throw away what is buffered and queued, as bytes (after a short frame nothing reads
-        as messages)."""
+        """Throw away what is buffered and queued, as bytes (after a short frame nothing reads as messages)."""
         with self._reading:
             self._buf, self._pos = bytearray(), 0
             while _posix.read_nowait(self._fd, 1 << 20):  # a cut stream's drain may read too: never block

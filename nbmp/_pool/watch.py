@@ -149,8 +149,7 @@ class Watch:
             self.watch_now()
 
     def watch_now(self) -> None:
-        """Start the watcher thread unless it runs, has run, or the Pool is not started yet
-        (then :meth:`start` does)."""
+        """Start the watcher thread unless it runs, has run, or the Pool is not started yet (then :meth:`start` does)."""
         with self._starting:
             self._wanted = True
             if self._thread is not None or self._stopping or self._pool() is None:
@@ -279,8 +278,7 @@ class Watch:
             self._free_if_orphaned(wlock, (SENDING, SENT))
 
     def _free_if_orphaned(self, lock: Any, holding: Tuple[int, ...], grace: float = 1.0) -> None:
-        """Release ``lock`` if it stays taken for ``grace`` seconds while no live worker's
-        phase is one of ``holding``."""
+        """Release ``lock`` if it stays taken for ``grace`` seconds while no live worker's phase is one of ``holding``."""
         deadline = time.monotonic() + grace
         while True:
             if lock.acquire(False):  # free: not the dead one's
@@ -311,8 +309,7 @@ class Watch:
     # -- the result thread's side ---------------------------------------------------
 
     def sender(self, connection: Any) -> Callable[[Any], None]:
-        """The task queue's ``send`` on ``connection``: remember the tickets each task carries
-        until its result."""
+        """The task queue's ``send`` on ``connection``: remember the tickets each task carries until its result."""
         send = connection.send
 
         def put(task: Any) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import mmap
 import os
 import select
-import tempfile
 import time
 from multiprocessing import reduction
 from multiprocessing import current_process
@@ -46,7 +45,7 @@ class Slot:
 
     def __init__(self, fd: int = -1) -> None:
         if fd < 0:
-            fd = _anonymous_file()
+            fd = _posix.anonymous_file("nbmp-pool-slot")
             os.ftruncate(fd, _SLOT_BYTES)
         self.fd = fd
         self._map = mmap.mmap(fd, _SLOT_BYTES)
@@ -60,14 +59,6 @@ class Slot:
 
 _SLOT_BYTES = 3 * 8
 SLICE = 1.0  # seconds an idle worker waits in one go (see _receiver)
-
-
-def _anonymous_file() -> int:
-    if _posix.HAVE_MEMFD:
-        return os.memfd_create("nbmp-pool-slot", os.MFD_CLOEXEC)
-    fd, path = tempfile.mkstemp(prefix="nbmp-pool-slot-")
-    os.unlink(path)
-    return fd
 
 
 def _rebuild_slot(dupfd: Any) -> Slot:

@@ -34,8 +34,7 @@ _owed: Set[socket.socket] = set()  # connections whose last reply a request gave
 
 
 def tree_root() -> str:
-    """The key of the tree whose janitor this process uses (a child's is its starter's, so what it
-    returns outlives it)."""
+    """The key of the tree whose janitor this process uses (a child's is its starter's, so what it returns outlives it)."""
     return _util.tree()
 
 

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import Dict, List, Optional, Tuple
 
-from .._backend.posix import HAVE_MEMFD
+from .._backend.posix import HAVE_MEMFD, anonymous_file
 from . import _client
 
 __all__ = ["keep", "reuse", "give_back", "SLOT", "SLOTS"]
@@ -26,7 +26,7 @@ class _Board:
     """One janitor's board in this process: the slots, and which segment each ticket is for."""
 
     def __init__(self, root: str) -> None:
-        fd = os.memfd_create("nbmp-board", os.MFD_CLOEXEC)
+        fd = anonymous_file("nbmp-board")
         try:
             os.ftruncate(fd, SLOT * SLOTS)
             self.mm = mmap.mmap(fd, SLOT * SLOTS)

@@ -16,7 +16,7 @@ import os
 import secrets
 from typing import Any, Callable, List, NamedTuple, Optional, Tuple
 
-from .._backend import interrupts as _interrupts, pickling as _pickling
+from .._backend import interrupts as _interrupts, pickling as _pickling, posix as _posix
 from . import _client, _pocket, _pool, _space, _strategies
 from ._registry import Buffer, Mapped, find, live, map_fd, mapped_here, register
 
@@ -59,7 +59,7 @@ def _open_new(root: str, size: int) -> Tuple[int, str, str]:
     _space.check_fits(size, strategy, where)
     seg = _new_name()
     if strategy == "file_descriptor":
-        return os.memfd_create(f"nbmp-{seg}", os.MFD_CLOEXEC), seg, "-"
+        return _posix.anonymous_file(f"nbmp-{seg}"), seg, "-"
     path = os.path.join(where, f"nbmp-{seg}")
     # Announced first: killed between creating the file and the janitor's "new", its maker
     # would leave the file behind; announced, the janitor unlinks it when the maker goes.
