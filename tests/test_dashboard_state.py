@@ -128,6 +128,16 @@ def test_samples_go_to_live_workers_only():
     assert state.runs[7].cpu_percent() == 99.0 and state.shm.segments == 2
 
 
+def test_an_ended_workers_cpu_is_its_mean_while_it_ran():
+    state = started_run(Clock(), nprocs=2)
+    for cpu in (100.0, 50.0):
+        state.record_samples({(7, 0): (cpu, 2048), (7, 1): (10.0, 2048)})
+    feed(state, *[ev.WorkerExited(run_id=7, index=i, exitcode=0, time=1002.0) for i in range(2)],
+         ev.RunFinished(run_id=7, ok=True, time=1002.0))
+    rows = summary_table(state).splitlines()[2:4]  # what a saved notebook keeps of each worker
+    assert [row.split()[4] for row in rows] == ["75%", "10%"]
+
+
 def test_old_finished_runs_are_forgotten():
     state = DashboardState(clock=Clock(), max_finished_runs=2)
     for rid in range(1, 6):

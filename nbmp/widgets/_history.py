@@ -39,6 +39,9 @@ class Series:
     def values(self) -> List[float]:
         return [v for _, v in self.points]
 
+    def mean(self) -> Optional[float]:
+        return sum(values) / len(values) if (values := self.values()) else None
+
 
 @dataclass(frozen=True)
 class TaskSpan:

@@ -81,10 +81,10 @@ def shm_text(shm: ShmState) -> str:
 
 
 def worker_cells(worker: WorkerState, now: float) -> List[str]:
-    """One row of the worker table, in ``WORKER_COLUMNS`` order."""
+    """One row of the worker table, in ``WORKER_COLUMNS`` order (an ended worker's cpu: its mean while it ran)."""
     pid = "-" if worker.pid is None else f"{worker.pid}@{worker.host}" if worker.host else str(worker.pid)
     return [str(worker.index), pid, worker.state,
-            fmt_duration(worker.elapsed(now)), fmt_cpu(worker.cpu_percent), fmt_bytes(worker.rss),
+            fmt_duration(worker.elapsed(now)), fmt_cpu(worker.cpu_percent if worker.live else worker.cpu_history.mean()), fmt_bytes(worker.rss),
             fmt_tasks(worker), fmt_exit(worker.exitcode)]
 
 
