@@ -214,6 +214,8 @@ def _memfd_works() -> bool:
 
 
 HAVE_MEMFD = _memfd_works()  # else: files in a directory (a Pool's slots, shared memory's "file_system")
+# A send to a peer that has gone gets EPIPE, never a SIGPIPE that ends a program that restored its default.
+NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 def anonymous_file(name: str) -> int:
@@ -223,13 +225,11 @@ def anonymous_file(name: str) -> int:
     if HAVE_MEMFD:
         try:
             return os.memfd_create(name, os.MFD_CLOEXEC)
-        except OSError:
+        except PermissionError:  # refused (out of descriptors or memory is no refusal: raised)
             HAVE_MEMFD = False
     fd, path = tempfile.mkstemp(prefix=f"{name}-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     os.unlink(path)
     return fd
-# A send to a peer that has gone gets EPIPE, never a SIGPIPE that ends a program that restored its default.
-NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
 PIPE_CAPACITY = 1 << 20  # Linux's default /proc/sys/fs/pipe-max-size: what an unprivileged process may ask
