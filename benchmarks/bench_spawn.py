@@ -1,7 +1,9 @@
 """What a user waits for, end to end: a loop of calls of 4 trivial workers, in a parent that has
-imported numpy and torch (a realistic kernel), for nbmp.spawn and its peers, and of a Pool's
-start + first map + end (4 workers), nbmp's against the standard library's: with 4 trivial tasks,
-and with 16 matrix products, one per task (BLAS threads started in every worker).
+imported numpy and torch (a realistic kernel), for nbmp.spawn, its peers and the bare least a spawn
+that returns values does (standard fork processes and a pipe each), and of a Pool's
+start + first map + end (4 workers), nbmp's against the standard library's: with 4 trivial tasks
+(nbmp's given a lambda, as a notebook would, and given the standard row's function), and with 16
+matrix products, one per task (BLAS threads started in every worker).
 
 Each row is ``--calls`` calls in a row, timed from the first call until every child process
 is reaped, with the CPU seconds of the parent and its reaped children beside the wall time;
@@ -18,6 +20,7 @@ import argparse
 import functools
 import gc
 import multiprocessing
+import multiprocessing.connection
 import os
 import platform
 import resource
@@ -41,7 +44,8 @@ NPROCS = 4
 BLAS_TASKS = 16  # 4 per worker: a worker caps the BLAS pool its first task started
 # Rows named twice: in the table, and in the ratios printed under it.
 NBMP_SPAWN, TORCH_FORK = "**nbmp.spawn, default (fork), output relayed**", "torch start_processes, fork"
-STD_POOL, NBMP_POOL = "multiprocessing Pool, fork", "nbmp.Pool (fork), lambda"
+BARE = "bare: 4 standard fork Processes, each value sent back on a pipe"
+STD_POOL, NBMP_POOL, NBMP_POOL_SAME = "multiprocessing Pool, fork", "nbmp.Pool (fork), lambda", "nbmp.Pool (fork), the same function"
 STD_POOL_BLAS, NBMP_POOL_BLAS = "multiprocessing Pool, fork, 16 matrix products", \
     "nbmp.Pool (fork), 16 matrix products"
 
@@ -66,6 +70,25 @@ def raw_fork_floor(n: int = NPROCS) -> None:
         pids.append(pid)
     for pid in pids:
         os.waitpid(pid, 0)
+
+
+def _send_value(i: int, end: multiprocessing.connection.Connection) -> None:
+    end.send(trivial(i))
+
+
+def bare_spawn() -> None:
+    """The least a spawn with return values does: standard fork processes, each sending ``fn(i)``
+    back on a pipe; no resets, no output relay, no supervision, no interrupt handling."""
+    ctx, ends, procs = multiprocessing.get_context("fork"), [], []
+    for i in range(NPROCS):
+        reader, writer = ctx.Pipe(duplex=False)
+        procs.append(ctx.Process(target=_send_value, args=(i, writer)))
+        procs[-1].start()
+        writer.close()
+        ends.append(reader)
+    assert [end.recv() for end in ends] == [0, 1, 2, 3]
+    for proc in procs:
+        proc.join()
 
 
 def nbmp_default() -> None:
@@ -115,6 +138,12 @@ def nbmp_pool() -> None:
     """nbmp's Pool started and given its first map (a lambda, as a notebook would), then ended."""
     with nbmp.Pool(NPROCS) as p:
         assert p.map(lambda i: i, range(NPROCS)) == [0, 1, 2, 3]
+
+
+def nbmp_pool_same() -> None:
+    """nbmp's Pool given what the standard one is given: a module's function, one task per chunk."""
+    with nbmp.Pool(NPROCS) as p:
+        assert p.map(trivial, range(NPROCS), chunksize=1) == [0, 1, 2, 3]
 
 
 def nbmp_pool_blas() -> None:
@@ -188,11 +217,13 @@ def main() -> None:
     opts = parser.parse_args()
     fork_rows: List[Tuple[str, Callable[[], None]]] = [
         ("raw floor: 4 x os.fork + waitpid", raw_fork_floor),
+        (BARE, bare_spawn),
         (NBMP_SPAWN, nbmp_default),
         ("nbmp.spawn, default (fork), output='inherit'", nbmp_default_inherit),
         ("nbmp.spawn, default (fork), nbmp.set_worker_threads(1)", nbmp_capped),
         (STD_POOL, pool("fork")),
         (NBMP_POOL, nbmp_pool),
+        (NBMP_POOL_SAME, nbmp_pool_same),
         (STD_POOL_BLAS, pool("fork", product, BLAS_TASKS)),
         (NBMP_POOL_BLAS, nbmp_pool_blas),
     ]
@@ -216,8 +247,10 @@ def main() -> None:
         cpu = statistics.median(c for _, c in rows) / calls[name]
         print(f"| {name} | {wall * 1e3:.1f} | {cpu * 1e3:.1f} | {len(rows)} |")
     print(f"\nPer round, median [range]: Pool ÷ standard Pool wall {ratio(spans, NBMP_POOL, STD_POOL, 0)}, "
-          f"CPU {ratio(spans, NBMP_POOL, STD_POOL, 1)}; spawn ÷ torch start_processes(fork) wall "
-          f"{ratio(spans, NBMP_SPAWN, TORCH_FORK, 0)}, CPU {ratio(spans, NBMP_SPAWN, TORCH_FORK, 1)}; "
+          f"CPU {ratio(spans, NBMP_POOL, STD_POOL, 1)}; the same function: wall {ratio(spans, NBMP_POOL_SAME, STD_POOL, 0)}, "
+          f"CPU {ratio(spans, NBMP_POOL_SAME, STD_POOL, 1)}; spawn ÷ torch start_processes(fork) wall "
+          f"{ratio(spans, NBMP_SPAWN, TORCH_FORK, 0)}, CPU {ratio(spans, NBMP_SPAWN, TORCH_FORK, 1)}; bare ÷ torch wall "
+          f"{ratio(spans, BARE, TORCH_FORK, 0)}, CPU {ratio(spans, BARE, TORCH_FORK, 1)}; "
           f"Pool ÷ standard Pool with 16 matrix products wall {ratio(spans, NBMP_POOL_BLAS, STD_POOL_BLAS, 0)}, "
           f"CPU {ratio(spans, NBMP_POOL_BLAS, STD_POOL_BLAS, 1)}")
     if opts.plot:
