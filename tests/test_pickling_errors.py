@@ -73,3 +73,16 @@ def test_a_task_called_with_the_wrong_arguments_says_that_none_of_its_code_ran()
         with pytest.raises(TypeError, match="missing 1 required positional argument") as info:
             pool.map(lambda a, b: a, [1])
     assert "no frame of the task's own code ran" in str(info.value.__cause__)
+
+
+def test_a_bound_methods_closure_is_located():
+    def make():
+        guard = threading.Lock()
+
+        class Holder:
+            def get(self):
+                return guard
+        return Holder().get
+    p = nbmp.get_context("spawn").Process(target=make())
+    with pytest.raises(nbmp.PicklingError, match=r"the target<closure guard> \(_thread.lock object\)"):
+        p.start()

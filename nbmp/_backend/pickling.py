@@ -460,11 +460,11 @@ def _children(path: str, obj: Any) -> Iterator[Tuple[str, Any]]:
         yield from ((f"{path}[{key!r}]", value) for key, value in obj.items())
     elif hasattr(obj, "__dict__") and not isinstance(obj, type):
         yield from ((f"{path}.{key}", value) for key, value in vars(obj).items())
-    if isinstance(obj, FunctionType):
-        code, defaults = obj.__code__, obj.__defaults__ or ()
-        named = [*zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults), *(obj.__kwdefaults__ or {}).items()]
+    if isinstance(code := getattr(obj, "__code__", None), CodeType):  # a function, or a method bound to one
+        defaults, kwdefaults = getattr(obj, "__defaults__", None) or (), getattr(obj, "__kwdefaults__", None) or {}
+        named = [*zip(code.co_varnames[code.co_argcount - len(defaults):code.co_argcount], defaults), *kwdefaults.items()]
         yield from ((f"{path}<default {name}>", value) for name, value in named)
-        yield from ((f"{path}<closure {name}>", cell.cell_contents) for name, cell in zip(code.co_freevars, obj.__closure__ or ()))
+        yield from ((f"{path}<closure {name}>", cell.cell_contents) for name, cell in zip(code.co_freevars, getattr(obj, "__closure__", None) or ()))
 
 
 def _picklable(obj: Any) -> bool:
