@@ -17,15 +17,11 @@ __all__ = ["Event", "RunStarted", "WorkerStarted", "WorkerStats", "WorkerOutput"
            "TaskProgress", "TaskRan", "RunFinished", "EventSink", "Broadcast", "deliver"]
 
 
-def _now() -> float:
-    return time.time()
-
-
 @dataclass(frozen=True)
 class Event:
     """Base of every event: ``time`` is seconds since the epoch, when it was observed."""
 
-    time: float = field(default_factory=_now, kw_only=True)
+    time: float = field(default_factory=time.time, kw_only=True)
 
 
 @dataclass(frozen=True)

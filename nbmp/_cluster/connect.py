@@ -53,11 +53,10 @@ def wanted(cluster: Any) -> bool:
 
 
 def _check_kind(cluster: Any, name: str) -> None:
-    if isinstance(cluster, str) or callable(getattr(cluster, "submit", None)):
-        return
-    raise TypeError(f"{name}: cluster must be a distributed.Client or a scheduler address such as "
-                    f"'tcp://scheduler:8786', not {type(cluster).__name__} {cluster!r}; "
-                    f"e.g. cluster=distributed.Client(LocalCluster())")
+    if not isinstance(cluster, str) and not callable(getattr(cluster, "submit", None)):
+        raise TypeError(f"{name}: cluster must be a distributed.Client or a scheduler address such as "
+                        f"'tcp://scheduler:8786', not {type(cluster).__name__} {cluster!r}; "
+                        f"e.g. cluster=distributed.Client(LocalCluster())")
 
 
 def client_for(cluster: Any, name: str = "cluster") -> Any:
@@ -97,8 +96,7 @@ def _probe(address: str) -> None:
 def close_owned_clients() -> None:
     """Close the clients nbmp opened for addresses (``%unload_ext nbmp``, tests)."""
     while _owned:
-        _, client = _owned.popitem()
-        client.close()
+        _owned.popitem()[1].close()
 
 
 def worker_hosts(client: Any) -> List[Tuple[str, str]]:
@@ -118,4 +116,3 @@ def is_local_host(host: str) -> bool:
         return host in {socket.gethostname(), socket.getfqdn(), *socket.gethostbyname_ex(socket.gethostname())[2]}
     except OSError:
         return False
-

@@ -23,9 +23,8 @@ SCATTER_ABOVE = 1 << 20  # bytes: below this, a payload inline with each task co
 def payloads(client: Any, fn: Any, args: Tuple[Any, ...], workers: List[Tuple[str, str]]) -> Dict[str, Any]:
     """``{worker address: payload bytes, or a future holding them}`` for the run's ranks' ``(host, address)``."""
     host_of = {address: host for host, address in workers}
-    addresses = list(host_of)
-    local = [a for a in addresses if connect.is_local_host(host_of[a])]
-    remote = [a for a in addresses if a not in local]
+    local = [a for a in host_of if connect.is_local_host(host_of[a])]
+    remote = [a for a in host_of if a not in local]
     cells = _cells.cell_sources()
     placed: Dict[str, Any] = {}
     if local:

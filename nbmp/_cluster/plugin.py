@@ -30,8 +30,7 @@ class ForkSafetyPlugin(WorkerPlugin):  # type: ignore[misc, unused-ignore]  # An
     idempotent = False  # new settings (nbmp.seed again) replace the old on every worker
 
     def __init__(self, settings: Dict[str, Any], per_host: int) -> None:
-        self.settings, self.per_host = settings, per_host
-        self.name = NAME
+        self.settings, self.per_host, self.name = settings, per_host, NAME
 
     def setup(self, worker: Any) -> None:
         settings = dict(self.settings)

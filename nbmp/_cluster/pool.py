@@ -143,8 +143,7 @@ class ClusterPool:
             _checks.positive_int(chunksize, "chunksize", "chunksize=16")
         size = chunksize or max(1, -(-len(items) // (4 * self._processes)))
         key = f"{self._prefix}-map-{next(_keys)}"
-        pickled = _by_value(func)
-        [shipped] = self.client.scatter([pickled], hash=False)  # once per map, whatever the chunks
+        [shipped] = self.client.scatter([_by_value(func)], hash=False)  # once per map, whatever the chunks
         chunks = [items[i:i + size] for i in range(0, len(items), size)]
         futures = [self.client.submit(tasks.run_chunk, shipped, key, chunk, star, key=f"{key}-{n}", pure=False)
                    for n, chunk in enumerate(chunks)]

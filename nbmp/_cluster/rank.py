@@ -20,7 +20,7 @@ from .._base import Event, ProcessException, ProcessRaisedException, WorkerExite
 from .._forking import Launch, registry as _registry
 from .._spawn import spawn
 
-__all__ = ["RankJob", "RankOutcome", "run_rank", "topic_of"]
+__all__ = ["RankJob", "RankOutcome", "run_rank", "topic_of", "dumps_or_none"]
 
 POLL = 0.1  # seconds between looks at whether the client cancelled this rank
 
@@ -173,15 +173,18 @@ def _stop(context: Any, rank: int, pid: int, grace: float) -> RankOutcome:
 def _failure(exc: ProcessException, rank: int, pid: int, relay: _Relay) -> RankOutcome:
     raised = relay.raised
     if isinstance(exc, ProcessRaisedException) and raised is not None:
-        pickled: Optional[bytes] = None
-        if exc.__cause__ is not None:
-            try:
-                pickled = _pickling.dumps(exc.__cause__)
-            except Exception:  # the message and traceback tell the story anyway
-                pickled = None
+        pickled = dumps_or_none(exc.__cause__) if exc.__cause__ is not None else None
         return RankOutcome("raised", rank, pid, exc_type=raised.exc_type, message=raised.message,
                            traceback=_strip_own_frame(raised.traceback), pickled=pickled)
     return RankOutcome("exited", rank, pid, exitcode=int(getattr(exc, "exit_code", relay.exitcode) or 1))
+
+
+def dumps_or_none(exc: BaseException) -> Optional[bytes]:
+    """``exc`` pickled by nbmp's pickler, or None if it cannot be."""
+    try:
+        return _pickling.dumps(exc)
+    except Exception:  # the message and traceback tell the story anyway
+        return None
 
 
 def _strip_own_frame(text: str) -> str:

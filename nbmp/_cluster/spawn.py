@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import threading
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .._backend import cells as _cells, pickling as _pickling
@@ -27,7 +28,7 @@ from .._spawn.output import StreamPrinter
 from ..widgets import make_dashboard
 from . import connect, payload, placement, tasks
 from .inbox import Inbox
-from .rank import RankJob, RankOutcome, run_rank, topic_of
+from .rank import RankJob, RankOutcome, dumps_or_none, run_rank, topic_of
 
 __all__ = ["spawn_on_cluster", "ClusterContext"]
 
@@ -132,15 +133,13 @@ class _Watch:
         self.futures: Dict[int, Any] = {}
         self.error: Optional[BaseException] = None
         self.stopping_since: Optional[float] = None
-        self.interrupted = False
-        self.stopped = False
+        self.interrupted = self.stopped = False
         self.done = threading.Event()
 
     # -- from the caller's thread -------------------------------------------------------------
 
     def start(self) -> None:
-        started = RunStarted(self.run_id, _util.name_of(self.fn), "dask", self.nprocs)
-        self.events.handle(started)
+        self.events.handle(RunStarted(self.run_id, _util.name_of(self.fn), "dask", self.nprocs))
         inbox = Inbox(self.client, topic_of(self.key), self.addresses)
         try:
             inbox.__enter__()
@@ -236,9 +235,9 @@ class _Watch:
             outcome = RankOutcome("stopped", rank, self.pids.get(rank, 0))
         else:  # nbmp's own task failed (the payload did not load there, say): a raised rank
             exc = future.exception()
-            text = "".join(_format(exc, future.traceback()))
+            text = "".join(traceback.format_exception(type(exc), exc, future.traceback()))
             outcome = RankOutcome("raised", rank, self.pids.get(rank, 0), exc_type=type(exc).__qualname__,
-                                  message=str(exc), traceback=text, pickled=_dumps_or_none(exc))
+                                  message=str(exc), traceback=text, pickled=dumps_or_none(exc))
             self.end_seen.add(rank)  # no "end" will come from a task that did not run
         self.outcomes[rank] = outcome
         self._report(outcome)
@@ -314,17 +313,3 @@ def _error_for(outcome: RankOutcome) -> ProcessException:
         with contextlib.suppress(Exception):  # the message has the whole story anyway
             error.__cause__ = _pickling.loads(outcome.pickled)
     return error
-
-
-def _format(exc: BaseException, tb: Any) -> List[str]:
-    import traceback
-    return traceback.format_exception(type(exc), exc, tb)
-
-
-def _dumps_or_none(exc: BaseException) -> Optional[bytes]:
-    try:
-        return _pickling.dumps(exc)
-    except Exception:
-        return None
-
-

@@ -71,14 +71,12 @@ def _connection(root: str) -> socket.socket:
 
 
 def _connect(root: str) -> socket.socket:
-    started = False
     for attempt in range(200):
         conn = _open(root)
         if conn is not None:
             return conn
-        if not started:
+        if attempt == 0:
             _start_janitor(root)
-            started = True
         else:
             time.sleep(0.01)
     raise RuntimeError(f"nbmp could not reach its shared-memory janitor for process {_pid(root)}")

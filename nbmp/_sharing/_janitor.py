@@ -226,19 +226,16 @@ class Janitor:
         elif verb == "pooled":
             conn.sendall((" ".join(f"{seg}:{s.size}" for seg, s in self.pooled.items()) + "\n").encode())
         elif verb == "tkt":
-            seg = args[0]
-            if seg in self.segments:
-                self.segments[seg].refs += 1
-                self.add_ticket(args[1], seg)
-            else:
-                self.add_ticket(args[1], None)
+            known = args[0] if args[0] in self.segments else None
+            if known is not None:
+                self.segments[known].refs += 1
+            self.add_ticket(args[1], known)
         elif verb in ("take", "own", "drop"):
             self.resolve(conn, verb, args[0])
         elif verb == "forget":  # unlike drop, never parked: a ticket not here was taken already
-            if args[0] in self.tickets:
-                forgotten = self.tickets.pop(args[0])
-                if forgotten is not None:
-                    self.unref(forgotten)
+            forgotten = self.tickets.pop(args[0], None)
+            if forgotten is not None:
+                self.unref(forgotten)
         elif verb == "rel":
             held = self.holds[conn]
             if held.get(args[0], 0) > 0:
@@ -368,8 +365,7 @@ def serve(listener: socket.socket, root: int) -> None:
                     conn.close()
                     continue
                 conn.setblocking(True)
-                janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn] = {}, b"", []
-                janitor.planned[conn] = {}
+                janitor.holds[conn], janitor.buffers[conn], janitor.fds[conn], janitor.planned[conn] = {}, b"", [], {}
                 sel.register(conn, selectors.EVENT_READ, "conn")
             elif key.fileobj in janitor.holds and not janitor.receive(key.fileobj):
                 sel.unregister(key.fileobj)

@@ -152,18 +152,14 @@ def _fill(fd: int, size: int, arr: "np.ndarray") -> None:
         return
     os.ftruncate(fd, size)  # strided: gather the elements straight into the mapping
     with mmap.mmap(fd, size) as mm:
-        dst = np.ndarray(arr.shape, arr.dtype, buffer=mm)
-        np.copyto(dst, arr)
-        del dst
+        np.copyto(np.ndarray(arr.shape, arr.dtype, buffer=mm), arr)  # no view of the mapping outlives it
 
 
 def _fill_mapped(buf: Any, arr: "np.ndarray") -> None:
     """Copy ``arr`` into a reused segment's mapping, laid out as the receiver will read it."""
     import numpy as np
     order: Literal["C", "F"] = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
-    dst = np.ndarray(arr.shape, arr.dtype, buffer=buf, order=order)
-    np.copyto(dst, arr)
-    del dst
+    np.copyto(np.ndarray(arr.shape, arr.dtype, buffer=buf, order=order), arr)
 
 
 def _rebuild_ndarray(handle: Tuple[Any, ...], dtype: Any, shape: Tuple[int, ...],

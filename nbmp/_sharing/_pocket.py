@@ -63,10 +63,8 @@ class _Board:
     def take_all(self, seg: Optional[str] = None) -> List[str]:
         taken = []
         for s in (list(self.by_seg) if seg is None else [seg]):
-            ticket = self.take(s)
-            while ticket is not None:
+            while (ticket := self.take(s)) is not None:
                 taken.append(ticket)
-                ticket = self.take(s)
         return taken
 
 
@@ -102,7 +100,8 @@ def keep(root: str, seg: str, ticket: str) -> None:
         emptied = board.take_all() if full else []
         if full:
             board.put(seg, ticket)
-    _drop(root, emptied)
+    if emptied:
+        _client.send(root, "".join(f"drop {t}\n" for t in emptied))
 
 
 def reuse(root: str, seg: str) -> Optional[str]:
@@ -122,9 +121,3 @@ def give_back(root: str, seg: str) -> str:
     with _lock:
         tickets = board.take_all(seg)
     return "".join(f"drop {t}\n" for t in tickets)
-
-
-def _drop(root: str, tickets: List[str]) -> None:
-    if tickets:
-        _client.send(root, "".join(f"drop {t}\n" for t in tickets))
-

@@ -88,8 +88,7 @@ def claim(root: str, nbytes: int, ticket: str) -> Optional[Entry]:
 def adopt(entry: Entry) -> bool:
     """Keep ``entry`` (a mapping of a segment this process made) in the pool; False if it does not
     fit (then the caller unmaps it, and tells the janitor with :func:`give_up`)."""
-    limit = _strategies.get_sharing_pool()[0]
-    if entry.size > limit:
+    if entry.size > _strategies.get_sharing_pool()[0]:
         return False
     with _lock:
         _entries.pop(entry.seg, None)

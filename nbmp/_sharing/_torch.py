@@ -45,8 +45,6 @@ def check_cpu(t: "torch.Tensor") -> None:
 
 # Storages moved into a segment, by address: the entry (nbmp's second mapping and hold) goes when the storage dies.
 _moved: Dict[int, Tuple[_segments.Mapped, Any]] = {}
-
-
 _moved_by_seg: Dict[str, "weakref.ref[Any]"] = {}
 _kept_fds = 0  # moved storages that keep a descriptor, which torch's own queues pass: at most a quarter of the file limit
 

@@ -186,7 +186,6 @@ class _RunSink:
         self._failed: Set[int] = set()  # sinks whose failure was reported (once each)
 
     def handle(self, event: ev.Event) -> None:
-        run_id = getattr(event, "run_id", None)
         if isinstance(event, ev.RunStarted) and self._stop is not None:
             _stops[event.run_id] = self._stop
         sinks = [self.dashboard] if self.dashboard is not None else []
@@ -194,7 +193,7 @@ class _RunSink:
         for sink in sinks:
             ev.deliver(sink, event, self._failed)
         if isinstance(event, ev.RunFinished):
-            _stops.pop(run_id, None)  # type: ignore[arg-type]  # a RunFinished's run_id: an int
+            _stops.pop(event.run_id, None)
 
     def close(self) -> None:
         """End the run's dashboard thread (``RunFinished`` does it too)."""

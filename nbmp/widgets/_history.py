@@ -106,7 +106,7 @@ def pool_note(spans: Dict[int, WorkerSpans], nprocs: int, start: float, end: flo
     chunksize = max(s.largest for s in done.values())
     per_chunk = sum(s.busy for s in done.values()) / chunks
     if chunks >= 2 * nprocs and per_chunk < SMALL_CHUNK:
-        larger = _suggest(tasks, nprocs)
+        larger = max(1, -(-tasks // (4 * nprocs)))  # about four chunks per worker: the stdlib's own default for map
         fix = (f"pass a larger chunksize (e.g. chunksize={larger})" if larger > chunksize
                else "the whole map is too little work for processes: run it in-process")
         return (f"tasks are small: {_ms(per_chunk)} per chunk of {chunksize}, about what sending a chunk to a process costs; {fix}")
@@ -125,8 +125,3 @@ def pool_note(spans: Dict[int, WorkerSpans], nprocs: int, start: float, end: flo
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} µs" if seconds < 0.001 else f"{seconds * 1e3:.1f} ms"
-
-
-def _suggest(tasks: int, nprocs: int) -> int:
-    """About four chunks per worker: the stdlib's own default for map."""
-    return max(1, -(-tasks // (4 * nprocs)))

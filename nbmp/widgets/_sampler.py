@@ -32,8 +32,7 @@ class ProcessProbe:
     def measure(self, pids: Dict[_Key, int]) -> Dict[_Key, Sample]:
         if self._psutil is None:
             return {}
-        wanted = set(pids.values())
-        for pid in set(self._procs) - wanted:  # forget exited workers (and reused pids)
+        for pid in set(self._procs) - set(pids.values()):  # forget exited workers (and reused pids)
             del self._procs[pid]
         return {key: self._sample(pid) for key, pid in pids.items()}
 
@@ -57,8 +56,7 @@ class Ticker:
     def __init__(self, tick: Callable[[], None], interval: float = 0.25, name: str = "nbmp-dashboard") -> None:
         self._tick = tick
         self._safe_point = _fork_lock(name)
-        self.interval = interval
-        self.name = name
+        self.interval, self.name = interval, name
         self.cpu_seconds = 0.0  # CPU time the thread used over all its runs (for the benchmark)
         self._thread: Optional[threading.Thread] = None
         self._stopping = threading.Event()

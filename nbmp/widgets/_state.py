@@ -296,9 +296,8 @@ def _worker_exited(state: DashboardState, e: ev.WorkerExited) -> None:
     if worker.start_time is None:
         worker.start_time = e.time
     worker.cpu_percent = None  # a dead process uses no CPU; its last RSS stays for the record
-    if worker.state == "failed":
-        return
-    worker.state = "killed" if e.killed_by_us else "done" if e.exitcode == 0 else "failed"
+    if worker.state != "failed":
+        worker.state = "killed" if e.killed_by_us else "done" if e.exitcode == 0 else "failed"
 
 
 def _task_progress(state: DashboardState, e: ev.TaskProgress) -> None:
@@ -332,4 +331,3 @@ _HANDLERS: Dict[type, Callable[[DashboardState, Any], None]] = {
     ev.RunStarted: _run_started, ev.WorkerStarted: _worker_started, ev.WorkerOutput: _worker_output,
     ev.WorkerStats: _worker_stats, ev.WorkerRaised: _worker_raised, ev.WorkerExited: _worker_exited,
     ev.TaskProgress: _task_progress, ev.TaskRan: _task_ran, ev.RunFinished: _run_finished}
-
