@@ -7,6 +7,8 @@ import importlib.util
 import os
 import random
 import re
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -201,6 +203,27 @@ print(first == again, len(set(first)))
 
 def test_numpy_random_first_imported_in_a_worker_is_seeded_there():
     assert run_main(LAZY_NUMPY_RANDOM).split("\n")[:2] == ["[False, False]", "True 3"]
+
+
+TORCH_FIRST_IMPORTED_IN_A_WORKER = """
+import nbmp
+
+def imports_torch(i):
+    import torch  # which imports numpy part-way through its own import: numpy's hook runs inside it
+    return torch.get_num_threads() >= 1
+
+if __name__ == "__main__":
+    print(nbmp.spawn(imports_torch, nprocs=1, start_method="spawn"))
+"""
+
+
+def test_torch_first_imported_in_a_spawned_worker_trips_no_fork_handler():
+    pytest.importorskip("torch")
+    pytest.importorskip("threadpoolctl")
+    script = subprocess.run([sys.executable, "-c", TORCH_FIRST_IMPORTED_IN_A_WORKER], capture_output=True,
+                            text=True, timeout=TIMEOUT)
+    assert (script.stdout, script.returncode) == ("[True]\n", 0), script.stderr
+    assert "Exception ignored" not in script.stderr, script.stderr
 
 
 def test_seed_rejects_non_integers():

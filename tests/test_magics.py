@@ -45,6 +45,11 @@ def test_cell_magic_names_an_unpicklable_variable_before_starting(nb):
     assert nb.run("len(nbmp.active_children())").result == "0"
 
 
+def test_a_worker_count_below_one_is_named_as_the_magic_spells_it(nb):
+    cell = nb.run("%%nbmp -n 0\nrank")
+    assert cell.error is not None and "%%nbmp -n must be a positive int, not 0; e.g. %%nbmp -n 4" in cell.error["evalue"]
+
+
 def test_unknown_line_command_is_named(nb):
     cell = nb.run("%nbmp frobnicate")
     assert cell.error is not None and "unknown %nbmp command 'frobnicate'" in cell.error["evalue"]

@@ -478,3 +478,83 @@ def test_stop_ends_the_run_with_an_error_that_carries_the_finished_results(start
     assert time.monotonic() - started < 30  # stopped, not waited for
     again = pickle.loads(pickle.dumps(error))
     assert (again.results, again.finished, str(again)) == (error.results, error.finished, str(error))
+
+
+# --------------------------------------------------------------------------
+# Where no thread can start (a limit on processes, which counts threads: ulimit -u, a container's
+# pids limit); a huge thread stack size makes every start fail for real, root or not.
+# --------------------------------------------------------------------------
+
+NO_THREAD_AFTER_THE_FORKS = """
+    import sys, threading, psutil, nbmp
+    threading.stack_size(1 << 46)  # the workers fork; then the first thread cannot start
+    try:
+        if sys.argv[1] == "Pool":
+            nbmp.Pool(2)
+        else:
+            with nbmp.ProcessPoolExecutor(2) as executor:
+                executor.submit(abs, -1)
+    except RuntimeError as refused:
+        print("raised:", refused)
+    print("children:", len(psutil.Process().children()), "threads:", threading.active_count())
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("owner", ["Pool", "ProcessPoolExecutor"])
+def test_workers_whose_pools_thread_cannot_start_are_stopped_and_the_error_raised(owner):
+    script = _start_script(NO_THREAD_AFTER_THE_FORKS, owner)
+    out, err = script.communicate(timeout=60)
+    assert out.splitlines() == ["raised: can't start new thread", "children: 0 threads: 1"], err
+    assert _wait_gone(script.pid, 10) == []
+
+
+FORK_SERVER_WITHOUT_THREADS = """
+    import sys, threading, nbmp
+    if __name__ != "__main__":  # the fork server's preload: its workers cannot start a thread
+        threading.stack_size(1 << 46)
+    if __name__ == "__main__":
+        print(nbmp.spawn(lambda i: i * 10, nprocs=2, start_method="forkserver"))
+        worker = nbmp.get_context("forkserver").Process(target=print, args=("printed",))
+        worker.start()
+        worker.join()
+        print(worker.exitcode)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_fork_server_workers_that_cannot_start_a_thread_run_as_standard_ones(tmp_path):
+    # They run without the thread that watches their starter, as the stdlib's workers do.
+    (path := tmp_path / "script.py").write_text(textwrap.dedent(FORK_SERVER_WITHOUT_THREADS))
+    script = subprocess.Popen([sys.executable, str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True, env=dict(os.environ, TMPDIR=str(tmp_path)))
+    out, err = script.communicate(timeout=60)
+    assert out.splitlines() == ["[0, 10]", "printed", "0"], err
+    assert _wait_gone(script.pid, 10) == []
+
+
+FEEDER_REFUSED = """
+    import threading, psutil, nbmp
+    from multiprocessing import queues
+    start = threading.Thread.start
+    def refused_to_feeders(thread):  # the system refuses the call queue's thread, and only that one
+        if getattr(thread, "_target", None) is queues.Queue._feed:
+            raise RuntimeError("can't start new thread")
+        start(thread)
+    threading.Thread.start = refused_to_feeders
+    with nbmp.ProcessPoolExecutor(2) as executor:
+        try:
+            executor.submit(abs, -1).result(timeout=30)
+        except Exception as error:
+            print("raised:", type(error).__name__, "|", str(error.__cause__).strip().splitlines()[-2])
+    print("children:", len(psutil.Process().children()), "threads:", threading.active_count())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_an_executor_whose_call_queue_thread_is_refused_breaks_and_stops_its_workers():
+    script = _start_script(FEEDER_REFUSED)
+    out, err = script.communicate(timeout=60)
+    assert out.splitlines() == ["raised: BrokenProcessPool | RuntimeError: can't start new thread",
+                                "children: 0 threads: 1"], err
+    assert _wait_gone(script.pid, 10) == []

@@ -94,7 +94,11 @@ def _watch(pid: int) -> None:
     if pidfd is not None and pidfd < 3:  # a starter without fds 0-2: a worker's output redirection takes them
         pidfd = fcntl.fcntl(old := pidfd, fcntl.F_DUPFD_CLOEXEC, 3)
         os.close(old)
-    threading.Thread(target=_wait_for_exit, args=(pid, pidfd), name="nbmp-parent-watch", daemon=True).start()
+    try:
+        threading.Thread(target=_wait_for_exit, args=(pid, pidfd), name="nbmp-parent-watch", daemon=True).start()
+    except RuntimeError:  # no thread to spare (a limit on processes): run on unwatched, as a standard worker
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _wait_for_exit(pid: int, pidfd: Optional[int]) -> None:

@@ -123,7 +123,7 @@ def worker_count(value: Any, name: str, example: str, none_ok: bool = False) -> 
             f"{name}={number} is more workers than nbmp starts in one call (at most {limit} here: "
             f"4 per CPU + 32, within the process's limits on open files and processes); each is a process "
             f"that forks. Use {name}={min(os.cpu_count() or 1, limit)} (the CPU count), or, to really start "
-            f"{number}, raise those limits (ulimit -n) or call nbmp.set_max_workers({number}) first "
+            f"{number}, raise those limits (ulimit -n, ulimit -u) or call nbmp.set_max_workers({number}) first "
             f"(or set NBMP_MAX_WORKERS={number}); see docs/reliability.md")
     return number
 

@@ -55,10 +55,12 @@ class NbmpMagics(Magics):
         """
         from .. import _cluster, _spawn
         from .._backend import context as _context
+        from .._base import checks as _checks
         args = parse_argstring(self.nbmp, line)
         remote = _cluster.wanted(args.cluster)  # on a cluster: its worker count, and globals shipped as under spawn
         nprocs = args.nprocs if args.nprocs is not None else \
             _cluster.worker_count(args.cluster) if remote else _context.default_context.cpu_count()
+        _checks.positive_int(nprocs, "%%nbmp -n", "%%nbmp -n 4")
         method = "spawn" if remote else _context.default_context.get_context(args.start_method).get_start_method()
         source = self.shell.transform_cell(cell)
         filename = self.shell.compile.cache(source, self.shell.execution_count, raw_code=cell)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import traceback
 from concurrent.futures import Future, InvalidStateError, process
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
@@ -62,6 +63,12 @@ class _ManagerThread(process._ExecutorManagerThread):
         reader = self.result_queue._reader  # type: ignore[attr-defined]  # stdlib private: the pipe it waits on
         reader.recv = _results_reader(reader.fileno(), self.processes)
         self.wanted, self.seen = executor._max_workers, len(self.processes)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except RuntimeError as error:  # the call queue's thread refused (a limit on processes): as 3.12+ (gh-109047)
+            self.terminate_broken(traceback.format_exception(error))
 
     def add_call_item_to_queue(self) -> None:
         # The stdlib replaces a worker that left at max_tasks_per_child unless its idle-worker semaphore
@@ -198,7 +205,8 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._shutdown_lock:  # workers forked by a submit an interrupt cut before its manager thread: it stops them
             if self._processes and self._executor_manager_thread is None:
-                self._start_executor_manager_thread()
+                with contextlib.suppress(OSError, RuntimeError):  # refused: the workers are stopped
+                    self._start_executor_manager_thread()
         super().shutdown(wait, cancel_futures=cancel_futures)
 
     def _workers_inherit(self) -> Optional[MainObjects]:
@@ -218,7 +226,21 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
     def _spawn_process(self) -> None:
         if self._forks():
             self._inherited.record()  # just before the worker's fork
-        super()._spawn_process()  # type: ignore[misc]  # stdlib private: typeshed omits it
+        try:
+            super()._spawn_process()  # type: ignore[misc]  # stdlib private: typeshed omits it
+        except OSError:
+            if self._executor_manager_thread is None:
+                self._stop_workers()
+            raise
+
+    def _stop_workers(self) -> None:
+        """Stop the workers started when a fork or a thread is refused (a limit on processes): the
+        manager thread that would stop them could not start, and the stdlib leaves them for ever."""
+        self._executor_manager_thread = None
+        for worker in self._processes.values():
+            worker.terminate()
+            worker.join()
+        self._processes.clear()
 
     @_interrupts.shielded  # and until the workers forked at once have the thread that stops them
     def _start_executor_manager_thread(self) -> None:
@@ -227,5 +249,9 @@ class ProcessPoolExecutor(process.ProcessPoolExecutor):
             if not getattr(self, "_safe_to_dynamically_spawn_children", True):  # 3.11+: under fork
                 self._launch_processes()  # type: ignore[attr-defined]  # stdlib private
             thread = self._executor_manager_thread = _ManagerThread(self)
-            thread.start()
+            try:
+                thread.start()
+            except RuntimeError:
+                self._stop_workers()
+                raise
             process._threads_wakeups[thread] = self._executor_manager_thread_wakeup

@@ -97,9 +97,19 @@ class Pool(_stdpool.Pool):
         self._watch = Watch(processes or getattr(os, "process_cpu_count", os.cpu_count)() or 1, context.get_start_method())
         try:
             self._start(processes, initializer, initargs, maxtasksperchild, context)
-        except BaseException:  # an interrupt, or a program's signal handler that raised
+        except BaseException:  # an interrupt, a program's signal handler that raised, a thread refused
             if self._state == _stdpool.RUN:
                 self.terminate()
+            else:  # a handler thread could not start (a limit on processes): the stdlib leaves the workers
+                threads = [t for t in (getattr(self, "_worker_handler", None), getattr(self, "_task_handler", None)) if t and t.is_alive()]
+                if threads:  # the worker handler, whose end ends the task handler
+                    threads[0]._state = _stdpool.TERMINATE  # the stdlib's stop flag
+                    self._change_notifier.put(None)
+                for thread in threads:
+                    thread.join()
+                for w in self._pool:
+                    w.terminate()
+                    w.join()
             raise
 
     @_interrupts.shielded

@@ -127,7 +127,10 @@ def _pool_counts(pools: Any) -> List[Tuple[str, int, str]]:
     OpenBLAS's own thread pool, which stops in the parent before every fork and restarts when set;
     "torch": the OpenMP runtime torch ships, which the Torch handler sets through torch.set_num_threads."""
     torch = sys.modules.get("torch")
-    torch_file = torch.__file__ if torch is not None and torch.backends.openmp.is_available() else None
+    try:
+        torch_file = torch.__file__ if torch is not None and torch.backends.openmp.is_available() else None
+    except AttributeError:  # torch is importing: numpy's hook, which runs this, came from inside its import
+        torch_file = None
     torch_dir = os.path.dirname(torch_file) + os.sep if torch_file else None
     return [] if pools is None else [
         (i["user_api"], i["num_threads"], "stopped" if stopped_at_fork(i) else
