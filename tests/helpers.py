@@ -77,10 +77,10 @@ def forking_beside_the_watchdog() -> Iterator[None]:
 _SYSCALLS = {
     "x86_64": {"memfd_create": 319, "sched_setscheduler": 144, "sched_setattr": 314, "sched_setaffinity": 203,
                "setpriority": 141, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297, "ioprio_set": 251, "fallocate": 285,
-               "socket": 41, "socketpair": 53},
+               "socket": 41, "socketpair": 53, "clone": 56},
     "aarch64": {"memfd_create": 279, "sched_setscheduler": 119, "sched_setattr": 274, "sched_setaffinity": 122,
                 "setpriority": 140, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240, "ioprio_set": 30, "fallocate": 47,
-                "socket": 198, "socketpair": 199},
+                "socket": 198, "socketpair": 199, "clone": 220},
 }
 
 

@@ -4,6 +4,7 @@ threads are never taken for the user's, and Stop ends a run with an error."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import pickle
@@ -22,6 +23,7 @@ import pytest
 
 import nbmp
 from conftest import START_METHODS
+from helpers import sandboxed
 
 # --------------------------------------------------------------------------
 # Helpers: a script in its own session, and what of that session is still alive
@@ -557,4 +559,27 @@ def test_an_executor_whose_call_queue_thread_is_refused_breaks_and_stops_its_wor
     out, err = script.communicate(timeout=60)
     assert out.splitlines() == ["raised: BrokenProcessPool | RuntimeError: can't start new thread",
                                 "children: 0 threads: 1"], err
+    assert _wait_gone(script.pid, 10) == []
+
+
+REFUSED_FORKS = """
+    import threading, nbmp
+    threading.Thread(target=print, args=("threads start",)).start()  # only forks are refused
+    for call in (lambda: nbmp.spawn(abs, nprocs=2), lambda: nbmp.Pool(2), nbmp.Process(target=abs, args=(1,)).start):
+        try:
+            call()
+        except BlockingIOError as refused:
+            print(refused.errno, "ulimit -u" in str(refused))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_refused_fork_keeps_its_error_type_and_names_the_limit():
+    # A seccomp policy answers every clone (fork's system call; threads use clone3) with EAGAIN,
+    # which is what a limit on processes answers.
+    script = _start_script(sandboxed(REFUSED_FORKS, ["clone"], kill=False, error=errno.EAGAIN))
+    out, err = script.communicate(timeout=60)
+    if out.splitlines()[:1] != ["threads start"]:
+        pytest.skip(f"this C library starts threads with clone too: {err[-300:]}")
+    assert out.splitlines()[1:] == [f"{errno.EAGAIN} True"] * 3, err
     assert _wait_gone(script.pid, 10) == []

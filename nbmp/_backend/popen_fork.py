@@ -152,6 +152,10 @@ class Popen(PeakMemory, popen_fork.Popen):
         except OSError as failed:
             if getattr(self, "pid", None) is None:  # the fork itself failed (EAGAIN at the process limit)
                 _close_launch_pipes(failed)
+                if isinstance(failed, BlockingIOError):
+                    raise BlockingIOError(failed.errno, "the system refused a new process: a limit on processes (ulimit -u, a "
+                                          "container's pids limit) counts this user's processes and threads; stop some, "
+                                          "raise it, or start fewer workers (docs/reliability.md)") from failed
             raise
         finally:
             if not in_round:
