@@ -48,7 +48,7 @@ STDLIB_ONLY = ["spawn"]  # nbmp.spawn is torch's function: the tests' multiproce
 
 # Tests where nbmp differs on purpose (docs/dropin.md says why); by test name, any class.
 DELIBERATE = {
-    "test_get_all_start_methods": "nbmp's default start method is fork, first in the list, on every Python (3.14+: forkserver)",
+    "test_get_all_start_methods": "nbmp's default start method is fork, first in the list, on every Python (the standard module's is forkserver on 3.14+)",
     "test_unpickleable_result": "the 'unpicklable' result is a lambda: cloudpickle sends it",
     "test_queue_feeder_donot_stop_onexc": "Queue.put pickles in the caller: the error is raised there, not in the feeder",
     "test_queue_feeder_on_queue_feeder_error": "Queue.put pickles in the caller: the error is raised there, not in the feeder",
@@ -79,7 +79,10 @@ def swap_in_nbmp() -> None:
 
 
 def build_tests() -> types.ModuleType:
-    """The module holding the test classes for this interpreter's method and types."""
+    """The module holding the test classes for this interpreter's method and types. Each kind
+    is also kept apart, as CPython's ``test_multiprocessing_<method>`` package keeps it in a
+    module of its own with its own set-up (``run_tests``): a misc test that leaves the start
+    method unset must not move the next kind's tests to the default method."""
     import importlib
     for name in MIRRORS + STDLIB_ONLY:  # every stdlib submodule loads now, against the real package
         importlib.import_module(f"multiprocessing.{name}")
@@ -88,23 +91,29 @@ def build_tests() -> types.ModuleType:
     import test._test_multiprocessing as suite
     module = types.ModuleType(MODULE)
     sys.modules[MODULE] = module
+    module.kinds = []
     method = os.environ.get(METHOD_VAR, "fork")
     for type_ in os.environ.get(TYPES_VAR, "processes threads manager misc").split():
+        kind: Dict[str, Any] = {"__name__": MODULE}  # install_tests_in_module_dict names the classes' module by it
         if type_ == "misc":  # the plain TestCase classes (start methods, resource tracker, wait, ...)
-            suite.install_tests_in_module_dict(module.__dict__, method, exclude_types=True)
+            suite.install_tests_in_module_dict(kind, method, exclude_types=True)
         else:
-            suite.install_tests_in_module_dict(module.__dict__, method, only_type=type_)
+            suite.install_tests_in_module_dict(kind, method, only_type=type_)
+        # The classes' importable home: spawned children unpickle them by it.
+        module.__dict__.update((name, obj) for name, obj in kind.items() if isinstance(obj, type))
+        module.kinds.append(kind)
     return module
 
 
 def run_tests(module: types.ModuleType) -> None:
-    """Run the test classes of ``module`` between its set-up and tear-down."""
+    """Run the test classes of ``module``, kind by kind, each between its own set-up and tear-down."""
     import unittest
     loader = unittest.TestLoader()
-    tests = [t for name, obj in sorted(vars(module).items())
-             if isinstance(obj, type) and issubclass(obj, unittest.TestCase)
-             for t in _flatten(loader.loadTestsFromTestCase(obj)) if t.id().split(".", 1)[1] not in LEFT_OUT]
-    run_suite(tests, module.setUpModule, module.tearDownModule)
+    for kind in module.kinds:
+        tests = [t for name, obj in sorted(kind.items())
+                 if isinstance(obj, type) and issubclass(obj, unittest.TestCase)
+                 for t in _flatten(loader.loadTestsFromTestCase(obj)) if t.id().split(".", 1)[1] not in LEFT_OUT]
+        run_suite(tests, kind["setUpModule"], kind["tearDownModule"])
 
 
 def run_suite(tests: List[Any], set_up: Callable[[], Any] = lambda: None,
@@ -161,6 +170,8 @@ def run_suite(tests: List[Any], set_up: Callable[[], Any] = lambda: None,
     only = os.environ.get(ONLY_VAR)
     if only:  # --only: the tests whose id contains one of these words
         tests = [t for t in tests if any(w in t.id() for w in only.split())]
+    if not tests:  # a kind none of them is in: not even its set-up
+        return
     set_up()
     try:
         unittest.TextTestRunner(stream=sys.stderr, resultclass=Result, verbosity=0).run(unittest.TestSuite(tests))
@@ -318,17 +329,19 @@ def _left_in_shm(made: Dict[str, str], settle: float = 3.0) -> Dict[str, str]:
 
 
 def confirmed(rerun: Callable[[List[str]], Dict[str, Any]], suspects: List[str]) -> List[str]:
-    """The ``suspects`` (nbmp failed, stdlib passed) that fail again when ``rerun`` alone.
+    """The ``suspects`` (nbmp failed or skipped, stdlib passed) that do so again when ``rerun`` alone.
 
     Some of CPython's tests are timing-sensitive and fail now and then on a busy machine
-    with either module; a difference counts only when nbmp's failure repeats."""
+    with either module, and some skip after a test that leaves the start method unset (the
+    standard module's baseline run, of nbmp's failures only, runs them without it); a
+    difference counts only when nbmp's outcome repeats."""
     if not suspects:
         return []
     again = rerun(suspects)["outcomes"]
     repeated = [test_id for test_id in suspects if again.get(test_id) != "ok"]
     for test_id in suspects:
         print(f"    rerun of {test_id} with nbmp: {again.get(test_id, 'not run')}"
-              f"{'' if test_id in repeated else '  (passed alone: counted as flaky, not as a difference)'}")
+              f"{'' if test_id in repeated else '  (passed alone: not a difference; a failure of timing, or a skip the tests before it made)'}")
     return repeated
 
 
@@ -350,7 +363,7 @@ def arguments(doc: str) -> argparse.ArgumentParser:
     parser.add_argument("--only", nargs="+", default=[], help="run only the tests whose id contains one of these")
     parser.add_argument("--baseline", choices=["all", "failures"], default="all",
                         help="run the standard module on every test, or after nbmp only on the tests nbmp did "
-                             "not pass (failures: about half the time, and only nbmp's counts are complete)")
+                             "not pass, a skip included (failures: about half the time, and only nbmp's counts are complete)")
     parser.add_argument("--json", help="also write the full results here")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     return parser
@@ -369,8 +382,8 @@ def compare(args: argparse.Namespace, run: Callable[[str, str, List[str]], Dict[
         for impl in sorted(args.impls, reverse=args.baseline == "all"):  # nbmp first where its failures pick the baseline
             only = args.only
             if impl == "stdlib" and args.baseline == "failures":
-                only = [test_id for test_id, outcome in results[f"nbmp/{method}"]["outcomes"].items()
-                        if outcome not in ("ok", "skip")]
+                # Skips too: one the standard module runs is a difference (a start method gone astray).
+                only = [test_id for test_id, outcome in results[f"nbmp/{method}"]["outcomes"].items() if outcome != "ok"]
                 if not only:  # nbmp passed them all: nothing to compare
                     results[f"stdlib/{method}"] = {"outcomes": {}, "seconds": 0, "hung": False}
                     continue
@@ -382,7 +395,7 @@ def compare(args: argparse.Namespace, run: Callable[[str, str, List[str]], Dict[
         if set(args.impls) == {"stdlib", "nbmp"}:
             std, ours = results[f"stdlib/{method}"]["outcomes"], results[f"nbmp/{method}"]["outcomes"]
             compared = set(std) | set(ours) if args.baseline == "all" else set(std) | {
-                test_id for test_id, outcome in ours.items() if outcome not in ("ok", "skip")}
+                test_id for test_id, outcome in ours.items() if outcome != "ok"}
             suspects = []
             for test_id in sorted(compared):
                 if std.get(test_id) != ours.get(test_id):
