@@ -108,9 +108,9 @@ def main() -> None:
                 for _ in range(opts.calls):
                     fn()
                 settle(helpers)
-                seen[name].append(tuple((after - before) / opts.calls / per for per, who, start in
-                                        ((NPROCS, resource.RUSAGE_CHILDREN, theirs), (1, resource.RUSAGE_SELF, mine))
-                                        for after, before in zip(usage(who), start)))
+                worker = [(after - before) / opts.calls / NPROCS for after, before in zip(usage(resource.RUSAGE_CHILDREN), theirs)]
+                own = [(after - before) / opts.calls for after, before in zip(usage(resource.RUSAGE_SELF), mine)]
+                seen[name].append((*worker, *own))
     print(f"{NPROCS} trivial workers, {opts.calls} calls a round, {opts.rounds} rounds\n")
     print("| how | page faults per worker: median [range] | CPU ms per worker | parent's page faults per call | parent's CPU ms per call |")
     print("|---|---:|---:|---:|---:|")

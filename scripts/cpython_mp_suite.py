@@ -26,6 +26,7 @@ swap happens at import, driven by environment variables, so they see the same mo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -295,25 +296,32 @@ def run_one(impl: str, method: str, timeout: float, only: List[str], script: str
 
 def _end_session(sid: int, settle: float = 5.0) -> Dict[int, str]:
     """The processes of session ``sid`` still alive ``settle`` seconds after its leader ended
-    (the resource tracker and fork server end by themselves meanwhile), killed."""
+    (the resource tracker and fork server end by themselves meanwhile), killed: the others
+    first, then, given ``settle`` seconds more to unlink what they were told of (a hung run's
+    semaphores), the resource trackers."""
     import psutil
-    deadline = time.monotonic() + settle
-    while True:
-        left = {}
+
+    def alive(trackers: bool) -> Dict[int, str]:
+        found = {}
         for pid in psutil.pids():
             try:
                 if os.getsid(pid) == sid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                    left[pid] = " ".join(psutil.Process(pid).cmdline())[:120]
+                    command = " ".join(psutil.Process(pid).cmdline())
+                    if trackers or "resource_tracker" not in command:
+                        found[pid] = command[:120]
             except (OSError, psutil.Error):  # ended meanwhile
                 continue
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    for pid in left:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        return found
+
+    left: Dict[int, str] = {}
+    for trackers in (False, True):
+        deadline = time.monotonic() + settle
+        while (now := alive(trackers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in now:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        left.update(now)
     return left
 
 
